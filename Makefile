@@ -15,6 +15,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: $(STAMP)
+	$(PY) -m ruff check slca tests benchmarks
 	$(PY) -m pytest -q
 
 lint: $(STAMP)

@@ -1,0 +1,414 @@
+"""Advantage estimators, registered by name (DESIGN §2).
+
+Every estimator is a pure function of the same inputs that z-scores rewards
+inside groups of rollouts of the same prompt and writes the result onto the
+tokens of reward heads::
+
+    rewards      head → (B,)   float, one score per rollout and head
+    head_masks   head → (B, T) bool, disjoint; union = trained policy tokens
+    group_index  (B,)          int, which prompt each rollout belongs to
+
+and returns ``(advantages (B, T) float32, metrics)``: exactly 0 outside the
+head masks, never NaN or inf for finite inputs. The trainer calls
+:func:`compute_advantages` with a configured name; the registry is the only
+dispatch path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Literal, Protocol
+
+import torch
+from torch import Tensor
+
+TOOL, SUMMARY = "tool", "summary"
+"""The two HierR heads; estimators that treat the tool head specially use this name."""
+
+Granularity = Literal["trajectory", "per_call"]
+
+
+class Estimator(Protocol):
+    def __call__(
+        self,
+        *,
+        rewards: Mapping[str, Tensor],
+        head_masks: Mapping[str, Tensor],
+        group_index: Tensor,
+        weights: Mapping[str, float],
+        norm_by_std: bool,
+        eps: float,
+        granularity: Granularity,
+        call_rewards: Tensor | None,
+        call_index: Tensor | None,
+    ) -> Tensor: ...
+
+
+_REGISTRY: dict[str, Estimator] = {}
+
+
+def register_advantage(name: str) -> Callable[[Estimator], Estimator]:
+    """Register an estimator under ``name``; a second registration of a name is an error."""
+
+    def decorator(fn: Estimator) -> Estimator:
+        if name in _REGISTRY:
+            raise ValueError(f"advantage estimator {name!r} is already registered")
+        _REGISTRY[name] = fn
+        return fn
+
+    return decorator
+
+
+def available_estimators() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def get_estimator(name: str) -> Estimator:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown advantage estimator {name!r}; valid: {', '.join(available_estimators())}"
+        ) from None
+
+
+def compute_advantages(
+    name: str,
+    *,
+    rewards: Mapping[str, Tensor],
+    head_masks: Mapping[str, Tensor],
+    group_index: Tensor,
+    weights: Mapping[str, float] | None = None,
+    norm_by_std: bool = True,
+    eps: float = 1e-6,
+    granularity: Granularity = "trajectory",
+    call_rewards: Tensor | None = None,
+    call_index: Tensor | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Advantages ``(B, T)`` from the estimator registered as ``name``, plus metrics.
+
+    Args:
+        rewards: head → ``(B,)`` finite float scores. Every head of ``head_masks``
+            needs one; extra heads (e.g. a head routed to no tokens) still enter
+            the combined reward of ``grpo``/``dr_grpo``/``toolpo``.
+        head_masks: head → ``(B, T)`` bool, pairwise disjoint.
+        group_index: ``(B,)`` integer group id (prompt) of each rollout.
+        weights: head → weight, default 1.0. ``grpo`` weighs rewards before
+            normalising; ``slca``/``rltr`` scale each head's advantage after
+            normalising (before, a weight would cancel in the z-score).
+        norm_by_std: divide by the group std (+``eps``); False subtracts the mean only.
+        eps: added to the std.
+        granularity: ``slca`` only. ``"per_call"`` gives each tool call its own
+            advantage from ``call_rewards``; see :func:`slca`.
+        call_rewards: ``(B, K)`` float execution reward of call k of rollout i;
+            NaN where the rollout made no k-th call. ``per_call`` only.
+        call_index: ``(B, T)`` int, the call (0..K-1) each tool-head token belongs
+            to, -1 for tokens tied to no call. ``per_call`` only.
+
+    Returns:
+        ``(advantages, metrics)``: float32 ``(B, T)``, and 0-dim tensors keyed
+        ``adv/<head>_mean``, ``adv/<head>_std`` (``summary`` shortened to ``sum``)
+        and ``adv/zero_group_frac`` (share of groups whose every advantage is 0).
+
+    Raises:
+        ValueError: unknown name, wrong shapes or dtypes, overlapping masks,
+            non-finite rewards, or per-call inputs where they do not apply.
+    """
+    estimator = get_estimator(name)
+    _check_inputs(rewards, head_masks, group_index)
+    if granularity not in ("trajectory", "per_call"):
+        raise ValueError(f"granularity must be 'trajectory' or 'per_call', got {granularity!r}")
+    if granularity == "per_call" and name != "slca":
+        raise ValueError(f"granularity='per_call' is defined for 'slca' only, not {name!r}")
+    resolved = {head: 1.0 for head in rewards}
+    resolved.update({head: float(w) for head, w in (weights or {}).items()})
+    advantages = estimator(
+        rewards=rewards,
+        head_masks=head_masks,
+        group_index=group_index,
+        weights=resolved,
+        norm_by_std=norm_by_std,
+        eps=eps,
+        granularity=granularity,
+        call_rewards=call_rewards,
+        call_index=call_index,
+    )
+    return advantages, _metrics(advantages, head_masks, group_index)
+
+
+def group_zscore(
+    scores: Tensor,
+    group_index: Tensor,
+    present: Tensor | None = None,
+    *,
+    norm_by_std: bool = True,
+    eps: float = 1e-6,
+) -> Tensor:
+    """Z-score ``scores`` within groups, over the present members only.
+
+    Args:
+        scores: ``(N,)`` float; values of absent members are ignored (may be NaN).
+        group_index: ``(N,)`` int group ids.
+        present: ``(N,)`` bool, default all True.
+
+    Returns:
+        ``(N,)`` float32: ``(s - mean) / (std + eps)`` (unbiased std) for present
+        members of groups with at least 2 present, not all equal, members; exactly
+        0 otherwise. Statistics are taken in float64.
+    """
+    if present is None:
+        present = torch.ones_like(group_index, dtype=torch.bool)
+    _, inverse = torch.unique(group_index, return_inverse=True)
+    n_groups = int(inverse.max()) + 1 if inverse.numel() else 0
+    x = torch.where(present, scores.double(), 0.0)
+    weight = present.double()
+    count = torch.zeros(n_groups, dtype=torch.float64, device=x.device).index_add_(
+        0, inverse, weight
+    )
+    total = torch.zeros_like(count).index_add_(0, inverse, x)
+    mean = total / count.clamp(min=1.0)
+    deviation = (x - mean[inverse]) * weight
+    if norm_by_std:
+        sq = torch.zeros_like(count).index_add_(0, inverse, deviation * deviation)
+        std = (sq / (count - 1.0).clamp(min=1.0)).sqrt()
+        deviation = deviation / (std[inverse] + eps)
+    # A constant group carries no signal; rounding in the mean must not invent one.
+    lo = torch.full_like(count, torch.inf).scatter_reduce_(
+        0, inverse, torch.where(present, x, torch.inf), "amin"
+    )
+    hi = torch.full_like(count, -torch.inf).scatter_reduce_(
+        0, inverse, torch.where(present, x, -torch.inf), "amax"
+    )
+    valid = present & (count[inverse] >= 2) & (hi > lo)[inverse]
+    return torch.where(valid, deviation, 0.0).float()
+
+
+def _onto(row_values: Tensor, mask: Tensor) -> Tensor:
+    """Broadcast one value per rollout ``(B,)`` onto the tokens of ``mask (B, T)``."""
+    return torch.where(mask, row_values[:, None], 0.0)
+
+
+def _combined_reward(rewards: Mapping[str, Tensor], weights: Mapping[str, float]) -> Tensor:
+    return sum(weights[head] * r.double() for head, r in rewards.items())
+
+
+def _union(head_masks: Mapping[str, Tensor]) -> Tensor:
+    masks = iter(head_masks.values())
+    union = next(masks).clone()
+    for mask in masks:
+        union |= mask
+    return union
+
+
+def _require_tool_head(name: str, head_masks: Mapping[str, Tensor]) -> Tensor:
+    if TOOL not in head_masks:
+        raise ValueError(f"estimator {name!r} needs a {TOOL!r} head; got {sorted(head_masks)}")
+    return head_masks[TOOL]
+
+
+@register_advantage("grpo")
+def grpo(*, rewards, head_masks, group_index, weights, norm_by_std, eps, **_) -> Tensor:
+    """GRPO: one scalar per rollout, ``R = Σ_h w_h·R_h`` z-scored in its group,
+    broadcast to every head token. ``(B,)`` rewards → ``(B, T)``."""
+    a = group_zscore(
+        _combined_reward(rewards, weights), group_index, norm_by_std=norm_by_std, eps=eps
+    )
+    return _onto(a, _union(head_masks))
+
+
+@register_advantage("dr_grpo")
+def dr_grpo(*, rewards, head_masks, group_index, weights, eps, **_) -> Tensor:
+    """Dr.GRPO: GRPO without the std division (``norm_by_std`` is always False)."""
+    return grpo(
+        rewards=rewards,
+        head_masks=head_masks,
+        group_index=group_index,
+        weights=weights,
+        norm_by_std=False,
+        eps=eps,
+    )
+
+
+@register_advantage("slca")
+def slca(
+    *,
+    rewards,
+    head_masks,
+    group_index,
+    weights,
+    norm_by_std,
+    eps,
+    granularity="trajectory",
+    call_rewards=None,
+    call_index=None,
+) -> Tensor:
+    """SLCA: per head h, ``Â_h = w_h · z(R_h)`` over the group members in which
+    head h has at least one token, written on ``head_masks[h]`` only.
+    ``(B,)`` rewards per head → ``(B, T)``.
+
+    ``granularity="per_call"``: tool-head tokens with ``call_index == k`` get
+    ``w_tool · z(call_rewards[:, k])``, z-scored over the group members that made
+    a k-th call (same present-only rule and fewer-than-2 guard); tool-head tokens
+    with ``call_index == -1`` keep the trajectory-level tool advantage.
+    """
+    advantages = None
+    for head, mask in head_masks.items():
+        present = mask.any(dim=1)
+        a = weights[head] * group_zscore(
+            rewards[head], group_index, present, norm_by_std=norm_by_std, eps=eps
+        )
+        if head == TOOL and granularity == "per_call":
+            token_values = _per_call_values(
+                a, mask, group_index, weights[head], norm_by_std, eps, call_rewards, call_index
+            )
+            head_adv = torch.where(mask, token_values, 0.0)
+        else:
+            head_adv = _onto(a, mask)
+        advantages = head_adv if advantages is None else advantages + head_adv
+    return advantages
+
+
+def _per_call_values(
+    trajectory_adv, tool_mask, group_index, weight, norm_by_std, eps, call_rewards, call_index
+) -> Tensor:
+    """``(B, T)`` per-call tool advantages (trajectory value where ``call_index`` is -1)."""
+    if call_rewards is None or call_index is None:
+        raise ValueError("granularity='per_call' needs call_rewards (B, K) and call_index (B, T)")
+    batch, n_calls = call_rewards.shape if call_rewards.dim() == 2 else (-1, -1)
+    if batch != tool_mask.shape[0] or call_index.shape != tool_mask.shape:
+        raise ValueError(
+            f"call_rewards must be (B, K) and call_index (B, T) with (B, T) = "
+            f"{tuple(tool_mask.shape)}; got {tuple(call_rewards.shape)} and "
+            f"{tuple(call_index.shape)}"
+        )
+    if call_index.dtype.is_floating_point or call_index.dtype == torch.bool:
+        raise ValueError(f"call_index must be an integer tensor, got {call_index.dtype}")
+    on_tool = torch.where(tool_mask, call_index.long(), -1)
+    if on_tool.numel() and (on_tool.min() < -1 or on_tool.max() >= n_calls):
+        raise ValueError(
+            f"call_index on tool tokens must lie in [-1, {n_calls}); "
+            f"got [{int(on_tool.min())}, {int(on_tool.max())}]"
+        )
+    has_tokens = torch.zeros(batch, n_calls + 1, dtype=torch.bool, device=tool_mask.device)
+    has_tokens.scatter_(1, on_tool + 1, True)
+    has_tokens = has_tokens[:, 1:]
+    finite = torch.isfinite(call_rewards)
+    if (has_tokens & ~finite).any():
+        i, k = (has_tokens & ~finite).nonzero()[0].tolist()
+        raise ValueError(
+            f"call_rewards[{i}, {k}] is not finite but rollout {i} has tokens for call {k}"
+        )
+    # Group key (prompt, call index): the k-th calls of a group are compared together.
+    key = group_index.long()[:, None] * n_calls + torch.arange(n_calls, device=group_index.device)
+    per_call = weight * group_zscore(
+        call_rewards.reshape(-1),
+        key.reshape(-1),
+        has_tokens.reshape(-1),
+        norm_by_std=norm_by_std,
+        eps=eps,
+    )
+    per_call = per_call.view(batch, n_calls)
+    token_values = per_call.gather(1, on_tool.clamp(min=0))
+    return torch.where(on_tool >= 0, token_values, trajectory_adv[:, None])
+
+
+@register_advantage("toolpo")
+def toolpo(*, rewards, head_masks, group_index, weights, norm_by_std, eps, **_) -> Tensor:
+    """ToolPO (DeepAgent, arXiv 2510.21618): the GRPO advantage of the combined
+    reward on every head token, plus the present-only z-score of ``R_tool``
+    (unweighted, as in the paper's sum) on tool tokens. ``(B,)`` → ``(B, T)``."""
+    tool_mask = _require_tool_head("toolpo", head_masks)
+    outcome = grpo(
+        rewards=rewards,
+        head_masks=head_masks,
+        group_index=group_index,
+        weights=weights,
+        norm_by_std=norm_by_std,
+        eps=eps,
+    )
+    action = group_zscore(
+        rewards[TOOL], group_index, tool_mask.any(dim=1), norm_by_std=norm_by_std, eps=eps
+    )
+    return outcome + _onto(action, tool_mask)
+
+
+@register_advantage("rltr")
+def rltr(*, rewards, head_masks, group_index, weights, norm_by_std, eps, **_) -> Tensor:
+    """RLTR (arXiv 2508.19598), planner-only credit: ``w_tool · z(R_tool)``
+    (present-only) on tool tokens, 0 on every other token. ``(B,)`` → ``(B, T)``."""
+    tool_mask = _require_tool_head("rltr", head_masks)
+    a = weights[TOOL] * group_zscore(
+        rewards[TOOL], group_index, tool_mask.any(dim=1), norm_by_std=norm_by_std, eps=eps
+    )
+    return _onto(a, tool_mask)
+
+
+def _check_inputs(
+    rewards: Mapping[str, Tensor], head_masks: Mapping[str, Tensor], group_index: Tensor
+) -> None:
+    if not head_masks:
+        raise ValueError("head_masks is empty: no tokens to write advantages on")
+    shape = None
+    for head, mask in head_masks.items():
+        if mask.dtype != torch.bool or mask.dim() != 2:
+            raise ValueError(
+                f"head_masks[{head!r}] must be a 2-D bool tensor (B, T); "
+                f"got {mask.dtype} {tuple(mask.shape)}"
+            )
+        if shape is not None and mask.shape != shape:
+            raise ValueError(
+                f"head_masks[{head!r}] has shape {tuple(mask.shape)}, others {tuple(shape)}"
+            )
+        shape = mask.shape
+    batch = shape[0]
+    if group_index.dim() != 1 or group_index.shape[0] != batch:
+        raise ValueError(f"group_index must be (B,) = ({batch},); got {tuple(group_index.shape)}")
+    if group_index.dtype.is_floating_point or group_index.dtype == torch.bool:
+        raise ValueError(f"group_index must be an integer tensor, got {group_index.dtype}")
+    missing = [head for head in head_masks if head not in rewards]
+    if missing:
+        raise ValueError(f"no reward for head(s) {missing}; rewards has {sorted(rewards)}")
+    for head, r in rewards.items():
+        if r.dim() != 1 or r.shape[0] != batch or not r.dtype.is_floating_point:
+            raise ValueError(
+                f"rewards[{head!r}] must be a float tensor (B,) = ({batch},); "
+                f"got {r.dtype} {tuple(r.shape)}"
+            )
+        if not torch.isfinite(r).all():
+            bad = (~torch.isfinite(r)).nonzero()[0].item()
+            raise ValueError(f"rewards[{head!r}][{bad}] is {r[bad].item()}: rewards must be finite")
+    heads = list(head_masks)
+    for i, a in enumerate(heads):
+        for b in heads[i + 1 :]:
+            if (head_masks[a] & head_masks[b]).any():
+                raise ValueError(
+                    f"head_masks[{a!r}] and head_masks[{b!r}] overlap; a token belongs to one head"
+                )
+
+
+def _metric_name(head: str) -> str:
+    return "sum" if head == SUMMARY else head
+
+
+def _metrics(
+    advantages: Tensor, head_masks: Mapping[str, Tensor], group_index: Tensor
+) -> dict[str, Tensor]:
+    metrics: dict[str, Tensor] = {}
+    for head, mask in head_masks.items():
+        values = advantages[mask]
+        name = _metric_name(head)
+        if values.numel():
+            metrics[f"adv/{name}_mean"] = values.mean()
+            metrics[f"adv/{name}_std"] = values.std(correction=0)
+        else:
+            metrics[f"adv/{name}_mean"] = metrics[f"adv/{name}_std"] = advantages.new_zeros(())
+    signal = (advantages != 0).any(dim=1)
+    _, inverse = torch.unique(group_index, return_inverse=True)
+    n_groups = int(inverse.max()) + 1 if inverse.numel() else 0
+    signal_rows = torch.zeros(n_groups, device=advantages.device).index_add_(
+        0, inverse, signal.float()
+    )
+    metrics["adv/zero_group_frac"] = (
+        (signal_rows == 0).float().mean() if n_groups else advantages.new_zeros(())
+    )
+    return metrics

@@ -1,0 +1,156 @@
+"""Typed configuration, validated when it is loaded (cross-field rules included).
+
+Every field is documented where it is defined; the docstrings become the
+pydantic descriptions, so ``Model.model_json_schema()`` documents params.yaml.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from slca.advantages import TOOL, available_estimators
+from slca.losses import Aggregation
+from slca.segments import DEFAULT_ROUTING, validate_routing
+
+
+class StrictModel(BaseModel):
+    """Unknown keys are errors (a typo must not silently fall back to a default)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+class SegmentConfig(StrictModel):
+    routing: dict[str, str | None] = Field(default_factory=lambda: dict(DEFAULT_ROUTING))
+    """Segment kind (reasoning, tool_call, preamble, summary) → reward head, or null
+    to train on no token of that kind."""
+
+    @field_validator("routing")
+    @classmethod
+    def _known_kinds(cls, routing: dict[str, str | None]) -> dict[str, str | None]:
+        return validate_routing(routing)
+
+    @property
+    def heads(self) -> set[str]:
+        return {head for head in self.routing.values() if head is not None}
+
+
+class AdvantageConfig(StrictModel):
+    estimator: str = "slca"
+    """Name in the advantage registry: grpo, dr_grpo, slca, toolpo or rltr."""
+    weights: dict[str, float] = Field(default_factory=lambda: {"tool": 1.0, "summary": 1.0})
+    """Per-head weight: applied to rewards before normalising (grpo, dr_grpo, toolpo's
+    outcome term) or to advantages after normalising (slca, rltr)."""
+    norm_by_std: bool = True
+    """Divide by the group std; False subtracts the group mean only."""
+    eps: float = Field(1e-6, gt=0)
+    """Added to the group std before dividing."""
+    granularity: Literal["trajectory", "per_call"] = "trajectory"
+    """slca only: one tool advantage per trajectory (the paper) or one per tool call."""
+
+    @field_validator("estimator")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        if name not in available_estimators():
+            raise ValueError(
+                f"unknown estimator {name!r}; valid: {', '.join(available_estimators())}"
+            )
+        return name
+
+    @field_validator("weights")
+    @classmethod
+    def _non_negative(cls, weights: dict[str, float]) -> dict[str, float]:
+        negative = {head: w for head, w in weights.items() if w < 0}
+        if negative:
+            raise ValueError(f"weights must be >= 0; got {negative}")
+        return weights
+
+    @model_validator(mode="after")
+    def _granularity_applies(self) -> AdvantageConfig:
+        if self.granularity == "per_call" and self.estimator != "slca":
+            raise ValueError(
+                f"granularity 'per_call' needs estimator 'slca', not {self.estimator!r}"
+            )
+        return self
+
+
+class LossConfig(StrictModel):
+    clip_low: float = Field(0.2, ge=0, lt=1)
+    """Lower clip: the ratio is kept above 1 - clip_low."""
+    clip_high: float = Field(0.2, ge=0)
+    """Upper clip: the ratio is kept below 1 + clip_high (raise it for DAPO's clip-higher)."""
+    kl_coef: float = Field(0.001, ge=0)
+    """Weight of the k3 KL to the frozen reference in the loss; 0 disables the reference."""
+    aggregation: Aggregation = "token-mean"
+    """token-mean (every token weighs the same) or seq-mean-token-mean."""
+
+
+class AlgorithmConfig(StrictModel):
+    """What turns rewards into a policy update: segments, advantages, loss."""
+
+    segments: SegmentConfig = Field(default_factory=SegmentConfig)
+    """Which segment kinds route to which reward head."""
+    advantage: AdvantageConfig = Field(default_factory=AdvantageConfig)
+    """The estimator and its settings."""
+    loss: LossConfig = Field(default_factory=LossConfig)
+    """The clipped surrogate, KL term and aggregation."""
+
+    @model_validator(mode="after")
+    def _heads_agree(self) -> AlgorithmConfig:
+        heads = self.segments.heads
+        unknown = sorted(set(self.advantage.weights) - heads)
+        if unknown:
+            raise ValueError(
+                f"advantage.weights names head(s) {unknown} that segments.routing "
+                f"never routes to; routed heads: {sorted(heads)}"
+            )
+        if (
+            self.advantage.estimator in ("toolpo", "rltr")
+            or self.advantage.granularity == "per_call"
+        ):
+            if TOOL not in heads:
+                raise ValueError(
+                    f"estimator {self.advantage.estimator!r} needs segments.routing "
+                    f"to route some kind to the {TOOL!r} head"
+                )
+        return self
+
+
+class ConfigError(ValueError):
+    """A config file failed validation; the message names the file, key and constraint."""
+
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def load_section(path: str | Path, section: str, model: type[Model]) -> Model:
+    """Read ``section`` of the YAML file at ``path`` into ``model``, or raise :class:`ConfigError`.
+
+    A missing section gives the model's defaults. Dotted ``section`` names nest
+    (``train.algorithm``), matching DVC's ``-S train.x=y`` overrides.
+    """
+    path = Path(path)
+    try:
+        document = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: cannot read YAML: {exc}") from exc
+    data: Any = document
+    for part in section.split("."):
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: {section}: expected a mapping at {part!r}")
+        data = data.get(part, {})
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(path, section, exc)) from None
+
+
+def _describe(path: Path, section: str, exc: ValidationError) -> str:
+    lines = []
+    for error in exc.errors():
+        key = ".".join([section, *(str(p) for p in error["loc"])])
+        lines.append(f"{path}: {key}: {error['msg']}")
+    return "\n".join(lines)

@@ -1,0 +1,262 @@
+"""The output grammar of a policy turn (DESIGN §3): lexing, call parsing, rendering.
+
+A turn is free text with three kinds of tagged regions::
+
+    <think>…</think>                                   reasoning
+    <tool_call>{"name": …, "arguments": {…}}</tool_call>  one call
+    <tool_call>[{…}, {…}]</tool_call>                   parallel calls in one block
+
+Model output is data: nothing here raises on any ``str``. Malformed blocks
+come back as :class:`CallBlock` values carrying a :class:`CallError`, so the
+reward layer can score them (format reward) instead of crashing the run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
+RESPONSE_OPEN, RESPONSE_CLOSE = "<tool_response>", "</tool_response>"
+
+# A JSON string that stays on one line (JSON forbids raw newlines in strings).
+# Used to find a closing tag *outside* JSON strings, so a "</tool_call>" inside
+# an argument value does not end the block. Written unrolled to stay linear.
+_JSON_STRING = r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"'
+_CLOSE_OUTSIDE_STRINGS = re.compile(_JSON_STRING + "|" + re.escape(CALL_CLOSE))
+_OPENING = re.compile(re.escape(THINK_OPEN) + "|" + re.escape(CALL_OPEN))
+_JSON_STRING_RE = re.compile(_JSON_STRING)
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Size limits applied while parsing model output."""
+
+    max_block_chars: int = 65_536
+    """A call block whose JSON is longer than this is rejected as ``oversize`` unparsed."""
+    max_json_depth: int = 32
+    """Deeper nesting is rejected as ``too_deep`` before ``json.loads`` (which would recurse)."""
+    max_calls_per_block: int = 64
+    """A parallel block listing more calls than this is rejected as ``oversize``."""
+
+
+DEFAULT_LIMITS = Limits()
+
+RegionKind = Literal["think", "tool_call", "text"]
+
+
+@dataclass(frozen=True)
+class Region:
+    """A lexed region ``text[start:end]``. ``closed`` is False for a tag left open at the end."""
+
+    kind: RegionKind
+    start: int
+    end: int
+    closed: bool = True
+
+
+def lex_turn(text: str) -> list[Region]:
+    """Split a turn into ordered, non-overlapping regions covering ``[0, len(text))``.
+
+    Rules, chosen to match what models really emit:
+    - ``<think>`` runs to the next ``</think>``; unclosed, to the end of the turn.
+      Tags inside reasoning are not calls (models discuss the format while thinking).
+    - ``<tool_call>`` runs to the first ``</tool_call>`` that lies outside a JSON
+      string; if every closing tag lies inside a string-looking run, the first one
+      at all; with none, to the end of the turn (``closed=False``).
+    - Everything else is ``text``; stray closing tags are plain text.
+    Empty text regions are never emitted.
+    """
+    regions: list[Region] = []
+    pos, n = 0, len(text)
+    while pos < n:
+        m = _OPENING.search(text, pos)
+        if m is None:
+            regions.append(Region("text", pos, n))
+            break
+        if m.start() > pos:
+            regions.append(Region("text", pos, m.start()))
+        if m.group() == THINK_OPEN:
+            close = text.find(THINK_CLOSE, m.end())
+            end = n if close < 0 else close + len(THINK_CLOSE)
+            regions.append(Region("think", m.start(), end, closed=close >= 0))
+        else:
+            close = _find_call_close(text, m.end())
+            end = n if close < 0 else close + len(CALL_CLOSE)
+            regions.append(Region("tool_call", m.start(), end, closed=close >= 0))
+        pos = end
+    return regions
+
+
+def _find_call_close(text: str, start: int) -> int:
+    for m in _CLOSE_OUTSIDE_STRINGS.finditer(text, start):
+        if m.group() == CALL_CLOSE:
+            return m.start()
+    return text.find(CALL_CLOSE, start)
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One parsed call. ``arguments`` is always a JSON object."""
+
+    name: str
+    arguments: dict[str, Any]
+
+
+ErrorCode = Literal["invalid_json", "bad_shape", "oversize", "too_deep", "unclosed"]
+
+
+@dataclass(frozen=True)
+class CallError:
+    code: ErrorCode
+    message: str
+
+
+@dataclass(frozen=True)
+class CallBlock:
+    """One ``<tool_call>`` block: its character span, and either calls or an error."""
+
+    start: int
+    end: int
+    calls: tuple[ToolCall, ...] = ()
+    error: CallError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True)
+class ParsedTurn:
+    """A parsed assistant turn.
+
+    ``content`` is the plain text outside reasoning and call blocks, stripped —
+    the user-facing answer when the turn is final.
+    """
+
+    text: str
+    regions: tuple[Region, ...]
+    blocks: tuple[CallBlock, ...] = field(default=())
+    reasoning: tuple[str, ...] = ()
+    content: str = ""
+
+    @property
+    def calls(self) -> tuple[ToolCall, ...]:
+        """Every call of every well-formed block, in order."""
+        return tuple(call for block in self.blocks if block.ok for call in block.calls)
+
+    @property
+    def has_call_block(self) -> bool:
+        return bool(self.blocks)
+
+
+def parse_turn(text: str, *, limits: Limits = DEFAULT_LIMITS) -> ParsedTurn:
+    """Parse one assistant turn. Never raises for a ``str``."""
+    regions = lex_turn(text)
+    blocks, reasoning, content = [], [], []
+    for region in regions:
+        body = text[region.start : region.end]
+        if region.kind == "think":
+            inner = body[len(THINK_OPEN) :]
+            reasoning.append(inner[: -len(THINK_CLOSE)] if region.closed else inner)
+        elif region.kind == "tool_call":
+            blocks.append(_parse_block(text, region, limits))
+        else:
+            content.append(body)
+    return ParsedTurn(
+        text=text,
+        regions=tuple(regions),
+        blocks=tuple(blocks),
+        reasoning=tuple(r.strip() for r in reasoning),
+        content="".join(content).strip(),
+    )
+
+
+def _parse_block(text: str, region: Region, limits: Limits) -> CallBlock:
+    inner_end = region.end - len(CALL_CLOSE) if region.closed else region.end
+    payload = text[region.start + len(CALL_OPEN) : inner_end].strip()
+
+    def fail(code: ErrorCode, message: str) -> CallBlock:
+        return CallBlock(region.start, region.end, error=CallError(code, message))
+
+    if not region.closed:
+        return fail("unclosed", f"{CALL_OPEN} without {CALL_CLOSE}")
+    if len(payload) > limits.max_block_chars:
+        return fail("oversize", f"call block of {len(payload)} chars > {limits.max_block_chars}")
+    depth = json_depth(payload)
+    if depth > limits.max_json_depth:
+        return fail("too_deep", f"JSON nested {depth} deep > {limits.max_json_depth}")
+    try:
+        value = json.loads(payload, parse_constant=_reject_constant)
+    except ValueError as exc:  # JSONDecodeError is a ValueError
+        return fail("invalid_json", str(exc))
+    items = value if isinstance(value, list) else [value]
+    if not items:
+        return fail("bad_shape", "empty list of calls")
+    if len(items) > limits.max_calls_per_block:
+        return fail("oversize", f"{len(items)} calls in one block > {limits.max_calls_per_block}")
+    calls = []
+    for index, item in enumerate(items):
+        call = _as_call(item, limits)
+        if isinstance(call, str):
+            where = f"call {index}: " if isinstance(value, list) else ""
+            return fail("bad_shape", where + call)
+        calls.append(call)
+    return CallBlock(region.start, region.end, calls=tuple(calls))
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _as_call(item: Any, limits: Limits) -> ToolCall | str:
+    """A ToolCall, or the reason the item is not one."""
+    if not isinstance(item, dict):
+        return f"expected an object with 'name' and 'arguments', got {type(item).__name__}"
+    name = item.get("name")
+    if not isinstance(name, str) or not name.strip():
+        return "'name' must be a non-empty string"
+    arguments = item.get("arguments", {})
+    if isinstance(arguments, str):
+        # OpenAI-style serialised arguments; accepted when they decode to an object.
+        if json_depth(arguments) > limits.max_json_depth:
+            return f"'arguments' string nests deeper than {limits.max_json_depth}"
+        try:
+            arguments = json.loads(arguments, parse_constant=_reject_constant)
+        except ValueError:
+            return "'arguments' is a string that is not JSON"
+    if not isinstance(arguments, dict):
+        return f"'arguments' must be an object, got {type(arguments).__name__}"
+    return ToolCall(name=name.strip(), arguments=arguments)
+
+
+def json_depth(payload: str) -> int:
+    """Maximum bracket nesting of a JSON text, ignoring brackets inside strings.
+
+    Linear in the length; unbalanced input still gives a finite answer.
+    """
+    stripped = _JSON_STRING_RE.sub('""', payload)
+    depth = deepest = 0
+    for m in _BRACKETS.finditer(stripped):
+        if m.group() in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth = max(depth - 1, 0)
+    return deepest
+
+
+def render_tool_call(call: ToolCall) -> str:
+    """A call block in the Hermes format the parser reads back."""
+    body = json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False)
+    return f"{CALL_OPEN}\n{body}\n{CALL_CLOSE}"
+
+
+def render_tool_response(payload: Any) -> str:
+    """A simulator response as the ``<tool_response>`` block a tool message carries."""
+    body = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
+    return f"{RESPONSE_OPEN}\n{body}\n{RESPONSE_CLOSE}"

@@ -1,0 +1,113 @@
+"""Policy loss: token-level clipped surrogate with an optional k3 KL term (DESIGN §2).
+
+The loss consumes per-token advantages and never knows which estimator made them.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+Aggregation = Literal["token-mean", "seq-mean-token-mean"]
+AGGREGATIONS: tuple[str, ...] = ("token-mean", "seq-mean-token-mean")
+
+
+def k3_kl(logp: Tensor, ref_logp: Tensor) -> Tensor:
+    """Per-token k3 estimator of KL(π‖π_ref): ``exp(r) − r − 1`` with ``r = ref − logp``.
+
+    Non-negative and unbiased for samples from π (Schulman's k3). ``(B, T)`` → ``(B, T)``.
+    """
+    log_ratio = ref_logp - logp
+    return torch.exp(log_ratio) - log_ratio - 1.0
+
+
+def aggregate(values: Tensor, mask: Tensor, how: Aggregation = "token-mean") -> Tensor:
+    """Reduce ``(B, T)`` per-token values over ``mask`` to a scalar.
+
+    ``token-mean``: mean over all masked tokens of the batch (long rollouts weigh
+    more). ``seq-mean-token-mean``: mean over tokens within each sequence, then
+    over sequences that have at least one masked token. With no masked token the
+    result is 0 and still connected to the graph, so ``backward()`` works.
+    """
+    weight = mask.to(values.dtype)
+    masked = values * weight
+    if how == "token-mean":
+        return masked.sum() / weight.sum().clamp(min=1.0)
+    if how == "seq-mean-token-mean":
+        per_seq_count = weight.sum(dim=1)
+        per_seq = masked.sum(dim=1) / per_seq_count.clamp(min=1.0)
+        has_tokens = (per_seq_count > 0).to(values.dtype)
+        return (per_seq * has_tokens).sum() / has_tokens.sum().clamp(min=1.0)
+    raise ValueError(f"unknown loss aggregation {how!r}; valid: {', '.join(AGGREGATIONS)}")
+
+
+def policy_loss(
+    logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    ref_logp: Tensor | None = None,
+    kl_coef: float = 0.0,
+    aggregation: Aggregation = "token-mean",
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """PPO-style clipped surrogate per token, plus ``kl_coef ·`` k3 KL, aggregated.
+
+    Args:
+        logp: ``(B, T)`` log-probs of the sampled tokens under the current policy (with grad).
+        old_logp: ``(B, T)`` log-probs under the policy that sampled them (no grad).
+        advantages: ``(B, T)`` per-token advantages; 0 on tokens that get no credit.
+        mask: ``(B, T)`` bool, the tokens that carry loss (policy tokens).
+        clip_low, clip_high: the ratio is clipped to ``[1 − clip_low, 1 + clip_high]``
+            (separate bounds, as in DAPO's clip-higher).
+        ref_logp: ``(B, T)`` log-probs under the frozen reference; needed when ``kl_coef > 0``.
+        kl_coef: weight of the k3 KL term in the loss.
+        aggregation: ``token-mean`` or ``seq-mean-token-mean``.
+
+    Returns:
+        ``(loss, metrics)``; metrics are detached 0-dim tensors ``actor/pg_loss``,
+        ``actor/clipfrac`` (share of masked tokens where the clipped branch is
+        active), ``actor/kl`` (mean k3 over masked tokens; present when
+        ``ref_logp`` is given) and ``actor/ratio_mean``.
+    """
+    if not (logp.shape == old_logp.shape == advantages.shape == mask.shape):
+        raise ValueError(
+            "logp, old_logp, advantages and mask must share one shape (B, T); got "
+            f"{tuple(logp.shape)}, {tuple(old_logp.shape)}, {tuple(advantages.shape)}, "
+            f"{tuple(mask.shape)}"
+        )
+    if clip_low < 0 or clip_high < 0 or clip_low >= 1:
+        raise ValueError(f"need 0 <= clip_low < 1 and clip_high >= 0; got {clip_low}, {clip_high}")
+    if kl_coef < 0:
+        raise ValueError(f"kl_coef must be >= 0, got {kl_coef}")
+    if kl_coef > 0 and ref_logp is None:
+        raise ValueError("kl_coef > 0 needs ref_logp")
+    if ref_logp is not None and ref_logp.shape != logp.shape:
+        raise ValueError(f"ref_logp shape {tuple(ref_logp.shape)} != logp {tuple(logp.shape)}")
+    mask = mask.bool()
+
+    # Masked positions may hold padding garbage; keep them out of exp().
+    log_ratio = torch.where(mask, logp - old_logp, 0.0)
+    ratio = torch.exp(log_ratio)
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    pg_per_token = torch.maximum(unclipped, clipped)
+    pg_loss = aggregate(pg_per_token, mask, aggregation)
+    loss = pg_loss
+
+    metrics = {
+        "actor/pg_loss": pg_loss.detach(),
+        "actor/clipfrac": aggregate((clipped > unclipped).float(), mask).detach(),
+        "actor/ratio_mean": aggregate(ratio.detach(), mask),
+    }
+    if ref_logp is not None:
+        # Zero both sides off the mask so padding (even -inf) cannot leak NaN into grads.
+        kl = k3_kl(torch.where(mask, logp, 0.0), torch.where(mask, ref_logp, 0.0))
+        metrics["actor/kl"] = aggregate(kl.detach(), mask)
+        if kl_coef > 0:
+            loss = loss + kl_coef * aggregate(kl, mask, aggregation)
+    return loss, metrics

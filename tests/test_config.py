@@ -1,0 +1,69 @@
+import pytest
+
+from slca.config import AlgorithmConfig, ConfigError, load_section
+
+
+def write(tmp_path, text):
+    path = tmp_path / "params.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults_are_the_paper_setting():
+    cfg = AlgorithmConfig()
+    assert cfg.advantage.estimator == "slca"
+    assert cfg.advantage.granularity == "trajectory"
+    assert cfg.segments.heads == {"tool", "summary"}
+    assert cfg.loss.aggregation == "token-mean"
+
+
+def test_a_missing_section_gives_defaults_and_a_nested_one_loads(tmp_path):
+    path = write(tmp_path, "train:\n  algorithm:\n    advantage:\n      estimator: grpo\n")
+    assert load_section(path, "train.algorithm", AlgorithmConfig).advantage.estimator == "grpo"
+    assert load_section(path, "other", AlgorithmConfig) == AlgorithmConfig()
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ("advantage:\n  estimator: ppo", r"train.advantage.estimator: .*unknown estimator 'ppo'"),
+        ("advantage:\n  estimator: grpo\n  granularity: per_call", "needs estimator 'slca'"),
+        ("advantage:\n  weights: {tool: -1}", "weights must be >= 0"),
+        ("advantage:\n  weights: {critic: 1}", r"names head\(s\) \['critic'\]"),
+        ("loss:\n  clip_low: 1.5", r"train.loss.clip_low: Input should be less than 1"),
+        ("loss:\n  agregation: token-mean", r"train.loss.agregation: Extra inputs"),
+        (
+            "segments:\n  routing: {reasoning: tool, tool_call: tool, preamble: tool}",
+            r"missing: \['summary'\]",
+        ),
+        (
+            "advantage:\n  estimator: rltr\n  weights: {a: 1}\n"
+            "segments:\n  routing: {reasoning: a, tool_call: a, preamble: a, summary: b}\n",
+            "needs segments.routing to route some kind to the 'tool'",
+        ),
+    ],
+)
+def test_errors_name_the_file_key_and_constraint(tmp_path, body, message):
+    indented = "\n".join("  " + line for line in body.splitlines())
+    path = write(tmp_path, "train:\n" + indented + "\n")
+    with pytest.raises(ConfigError, match=message) as info:
+        load_section(path, "train", AlgorithmConfig)
+    assert str(path) in str(info.value)
+
+
+def test_unreadable_yaml_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read YAML"):
+        load_section(write(tmp_path, "train: [unclosed"), "train", AlgorithmConfig)
+    with pytest.raises(ConfigError, match="expected a mapping"):
+        load_section(write(tmp_path, "train: 3"), "train.algorithm", AlgorithmConfig)
+
+
+def test_every_field_is_documented():
+    def walk(model):
+        for name, field in model.model_fields.items():
+            assert field.description, f"{model.__name__}.{name} has no docstring"
+            annotation = field.annotation
+            if isinstance(annotation, type) and hasattr(annotation, "model_fields"):
+                walk(annotation)
+
+    walk(AlgorithmConfig)
