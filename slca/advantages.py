@@ -185,7 +185,16 @@ def group_zscore(
 
 def _onto(row_values: Tensor, mask: Tensor) -> Tensor:
     """Broadcast one value per rollout ``(B,)`` onto the tokens of ``mask (B, T)``."""
-    return torch.where(mask, row_values[:, None], 0.0)
+    # A product, not torch.where: several times faster on CPU for a broadcast row.
+    return mask * row_values[:, None]
+
+
+def _rows_with_tokens(mask: Tensor) -> Tensor:
+    """``(B, T)`` bool → ``(B,)``: does the row have any token in the mask."""
+    if mask.shape[1] == 0:
+        return torch.zeros(mask.shape[0], dtype=torch.bool, device=mask.device)
+    # amax over a uint8 view is ~50x faster than Tensor.any(dim=1) on CPU.
+    return mask.view(torch.uint8).amax(dim=1).bool()
 
 
 def _combined_reward(rewards: Mapping[str, Tensor], weights: Mapping[str, float]) -> Tensor:
@@ -253,7 +262,7 @@ def slca(
     """
     advantages = None
     for head, mask in head_masks.items():
-        present = mask.any(dim=1)
+        present = _rows_with_tokens(mask)
         a = weights[head] * group_zscore(
             rewards[head], group_index, present, norm_by_std=norm_by_std, eps=eps
         )
@@ -327,7 +336,7 @@ def toolpo(*, rewards, head_masks, group_index, weights, norm_by_std, eps, **_) 
         eps=eps,
     )
     action = group_zscore(
-        rewards[TOOL], group_index, tool_mask.any(dim=1), norm_by_std=norm_by_std, eps=eps
+        rewards[TOOL], group_index, _rows_with_tokens(tool_mask), norm_by_std=norm_by_std, eps=eps
     )
     return outcome + _onto(action, tool_mask)
 
@@ -338,7 +347,7 @@ def rltr(*, rewards, head_masks, group_index, weights, norm_by_std, eps, **_) ->
     (present-only) on tool tokens, 0 on every other token. ``(B,)`` → ``(B, T)``."""
     tool_mask = _require_tool_head("rltr", head_masks)
     a = weights[TOOL] * group_zscore(
-        rewards[TOOL], group_index, tool_mask.any(dim=1), norm_by_std=norm_by_std, eps=eps
+        rewards[TOOL], group_index, _rows_with_tokens(tool_mask), norm_by_std=norm_by_std, eps=eps
     )
     return _onto(a, tool_mask)
 
@@ -402,7 +411,11 @@ def _metrics(
             metrics[f"adv/{name}_std"] = values.std(correction=0)
         else:
             metrics[f"adv/{name}_mean"] = metrics[f"adv/{name}_std"] = advantages.new_zeros(())
-    signal = (advantages != 0).any(dim=1)
+    signal = (
+        advantages.abs().amax(dim=1) > 0
+        if advantages.shape[1]
+        else torch.zeros(advantages.shape[0], dtype=torch.bool, device=advantages.device)
+    )
     _, inverse = torch.unique(group_index, return_inverse=True)
     n_groups = int(inverse.max()) + 1 if inverse.numel() else 0
     signal_rows = torch.zeros(n_groups, device=advantages.device).index_add_(
