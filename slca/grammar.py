@@ -66,8 +66,8 @@ def lex_turn(text: str) -> list[Region]:
     - ``<think>`` runs to the next ``</think>``; unclosed, to the end of the turn.
       Tags inside reasoning are not calls (models discuss the format while thinking).
     - ``<tool_call>`` runs to the first ``</tool_call>`` that lies outside a JSON
-      string; if every closing tag lies inside a string-looking run, the first one
-      at all; with none, to the end of the turn (``closed=False``).
+      string; if none does (looking past at most 8 inside strings), to the first
+      one at all; with none, to the end of the turn (``closed=False``).
     - Everything else is ``text``; stray closing tags are plain text.
     Empty text regions are never emitted.
     """
@@ -92,10 +92,20 @@ def lex_turn(text: str) -> list[Region]:
     return regions
 
 
+_MAX_CLOSES_IN_STRINGS = 8
+
+
 def _find_call_close(text: str, start: int) -> int:
+    # Looking past at most a few closing tags that sit inside strings keeps lexing
+    # linear: without the bound, text like '<tool_call>"</tool_call>"' repeated
+    # rescans the rest of the turn for every block.
+    skipped = 0
     for m in _CLOSE_OUTSIDE_STRINGS.finditer(text, start):
         if m.group() == CALL_CLOSE:
             return m.start()
+        skipped += m.group().count(CALL_CLOSE)
+        if skipped >= _MAX_CLOSES_IN_STRINGS:
+            break
     return text.find(CALL_CLOSE, start)
 
 

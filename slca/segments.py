@@ -50,6 +50,15 @@ def label_turn(text: str, *, final: bool) -> list[tuple[str, int, int]]:
     return [(_REGION_KIND.get(r.kind, text_kind), r.start, r.end) for r in regions]
 
 
+_MAX_PENDING = 16
+"""Tokens held back for an incomplete character before their text is emitted as is.
+
+A UTF-8 character is at most 4 bytes, so only degenerate output (runs of invalid
+bytes) reaches this; the bound keeps decoding linear instead of re-decoding an
+ever longer window.
+"""
+
+
 def token_offsets(
     decode: Callable[[Sequence[int]], str],
     ids: Sequence[int],
@@ -66,7 +75,9 @@ def token_offsets(
     each step decodes a short window and keeps the new characters; a token that
     ends inside a multi-byte character emits nothing until the character is
     complete, and then every token that contributed to it shares its span.
-    The returned text is the concatenation of the increments.
+    The returned text is the concatenation of the increments; it equals
+    ``decode(ids)`` except after runs of more than 16 tokens that never complete
+    a character (invalid bytes), whose replacement characters may differ.
     """
     context = list(prefix[-window:]) if window > 0 else []
     all_ids = context + list(ids)
@@ -79,7 +90,8 @@ def token_offsets(
     for k in range(len(context), len(all_ids)):
         pending += 1
         new_text = decode(all_ids[prefix_at : k + 1])
-        if len(new_text) > len(prefix_text) and not new_text.endswith("\ufffd"):
+        incomplete = new_text.endswith("\ufffd") and pending < _MAX_PENDING
+        if len(new_text) > len(prefix_text) and not incomplete:
             piece = new_text[len(prefix_text) :]
             pieces.append(piece)
             offsets.extend([(length, length + len(piece))] * pending)
@@ -87,7 +99,7 @@ def token_offsets(
             pending = 0
             prefix_at, read_at = read_at, k + 1
             prefix_text = decode(all_ids[prefix_at:read_at])
-        elif len(new_text) <= len(prefix_text) and not new_text.endswith("\ufffd"):
+        elif len(new_text) <= len(prefix_text) and not incomplete:
             # The token decodes to nothing (a skipped special token): empty span.
             offsets.extend([(length, length)] * pending)
             pending = 0

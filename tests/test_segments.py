@@ -119,6 +119,7 @@ def test_adversarial_tag_soup_is_covered_exactly(parts, final):
         '<tool_call>{"s": "' + "x" * 1_000_000 + '"}</tool_call>',
         "<think>" + "</tool_call>" * 100_000,
         '"' * 1_000_000 + "<tool_call>" + '"</tool_call>' * 1000,
+        '<tool_call>"</tool_call>"' * 40_000,  # was quadratic: each block rescanned the rest
     ],
 )
 def test_megabyte_inputs_are_covered(text):
@@ -184,6 +185,18 @@ def test_tokens_of_one_multibyte_character_share_its_span(tokenizer):
     text, offsets = token_offsets(decoder(tokenizer), ids)
     assert text == "a🦜b"
     assert offsets == [(0, 1)] + [(1, 2)] * (len(ids) - 2) + [(2, 3)]
+
+
+def test_runs_of_invalid_bytes_decode_in_linear_time_with_one_span_per_token(tokenizer):
+    # Byte-level BPE maps byte 0x80 (a lone continuation byte) to chr(290).
+    continuation = tokenizer.token_to_id(chr(290))
+    ids = [tokenizer.token_to_id("a")] + [continuation] * 5000 + [tokenizer.token_to_id("b")]
+    text, offsets = token_offsets(decoder(tokenizer), ids)
+    assert len(offsets) == len(ids)
+    assert text.startswith("a\ufffd") and text.endswith("b")
+    start, end = offsets[-1]
+    assert end == len(text) and text[start:end].endswith("b")
+    assert all(b == a or a[1] == b[0] for a, b in zip(offsets, offsets[1:]))
 
 
 def test_labels_come_from_offsets_of_the_sampled_ids_not_from_retokenising(tokenizer):
