@@ -1,0 +1,463 @@
+"""The ``schema`` backend: deterministic JSON generated from a response schema.
+
+Values respect the schema (types, ``properties``/``required``, ``enum``/``const``,
+numeric and length bounds, ``pattern``, arrays with item bounds,
+``oneOf``/``anyOf``/``allOf``, local ``$ref``/``$defs``, common ``format``\\ s) and
+are consistent with the call: a response field named like an argument, or like a
+key of the task's world state, takes that value when it fits the field's schema.
+
+Why hand-written and not jsf or hypothesis-jsonschema: both draw from a global or
+engine-owned random source (no per-call seed), and both cost milliseconds per
+value; the simulator needs thousands of seeded calls per second. ``rstr`` (regex →
+string) does the one part that is hard to write well. Every proposal is still
+validated against the schema by the simulator, so a keyword this generator only
+approximates (``not``, ``if``/``then``, ``uniqueItems`` over small enums) can cost
+a retry, never a wrong answer.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import random
+import re
+import string
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from rstr.xeger import Xeger
+
+from slca.simulator.backends import CallRequest
+
+MAX_DEPTH = 24
+"""Nesting at which generation gives up (recursive ``$ref`` with required recursion)."""
+SOFT_DEPTH = 6
+"""Past this depth only required properties and minimum array lengths are generated."""
+_WORDS = (
+    "alpha",
+    "bravo",
+    "delta",
+    "harbor",
+    "maple",
+    "orbit",
+    "quartz",
+    "river",
+    "summit",
+    "tango",
+    "violet",
+    "willow",
+)
+_UNSUPPORTED = (
+    "not",
+    "if",
+    "then",
+    "else",
+    "dependentSchemas",
+    "dependentRequired",
+    "contains",
+    "patternProperties",
+    "propertyNames",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+)
+
+
+class SchemaGenerationError(ValueError):
+    """The schema cannot be satisfied by construction (contradictory or unsupported)."""
+
+
+class _ShortXeger(Xeger):
+    """rstr's regex generator with ``*``/``+`` capped at 8 repeats (rstr's cap is 100)."""
+
+    def _handle_repeat(self, start_range: int, end_range: int, value: str) -> str:
+        return super()._handle_repeat(start_range, min(end_range, max(start_range, 8)), value)
+
+
+class SchemaBackend:
+    """Seeded, schema-driven responses; the simulator's default backend."""
+
+    name = "schema"
+
+    def propose(self, request: CallRequest) -> Any:
+        response_schema = request.tool.get("response")
+        rng = random.Random(f"{request.seed}:{request.attempt}")
+        # Echo hints only on the first attempt: a retry must not repeat a bad echo.
+        hints: dict[str, Any] = {}
+        if request.attempt == 0:
+            hints.update(request.context.get("world", {}) or {})
+            hints.update(request.arguments)
+        if response_schema is None:
+            return {"status": "ok"}
+        return Generator(response_schema, rng, hints).value()
+
+
+class Generator:
+    """One generation pass over one root schema."""
+
+    def __init__(
+        self,
+        root: Mapping[str, Any] | bool,
+        rng: random.Random,
+        hints: Mapping[str, Any] | None = None,
+    ):
+        self.root = root
+        self.rng = rng
+        self.hints = dict(hints or {})
+        self.xeger = _ShortXeger(rng)
+
+    def value(self) -> Any:
+        return self.generate(self.root, "$", 0)
+
+    # ------------------------------------------------------------------ dispatch
+
+    def generate(self, schema: Any, path: str, depth: int) -> Any:
+        if depth > MAX_DEPTH:
+            raise SchemaGenerationError(
+                f"{path}: schema nests deeper than {MAX_DEPTH} "
+                "(recursive $ref that always recurses?)"
+            )
+        if schema is True or schema == {}:
+            return self._word()
+        if schema is False:
+            raise SchemaGenerationError(f"{path}: schema 'false' accepts no value")
+        if not isinstance(schema, Mapping):
+            raise SchemaGenerationError(
+                f"{path}: a schema must be an object or boolean, got {type(schema).__name__}"
+            )
+        if "$ref" in schema:
+            target = self._resolve(schema["$ref"], path)
+            rest = {k: v for k, v in schema.items() if k != "$ref"}
+            return self.generate(_merge([target, rest], path) if rest else target, path, depth + 1)
+        if "allOf" in schema:
+            parts = [self._deref(s, path) for s in schema["allOf"]]
+            rest = {k: v for k, v in schema.items() if k != "allOf"}
+            return self.generate(_merge([rest, *parts], path), path, depth + 1)
+        for key in ("oneOf", "anyOf"):
+            if key in schema:
+                branches = list(schema[key])
+                if not branches:
+                    raise SchemaGenerationError(f"{path}: empty {key}")
+                rest = {k: v for k, v in schema.items() if k != key}
+                branch = self.rng.choice(branches)
+                merged = _merge([rest, self._deref(branch, path)], path) if rest else branch
+                return self.generate(merged, f"{path}<{key}>", depth + 1)
+        if "const" in schema:
+            return schema["const"]
+        if "enum" in schema:
+            if not schema["enum"]:
+                raise SchemaGenerationError(f"{path}: empty enum accepts no value")
+            return self.rng.choice(list(schema["enum"]))
+        kind = self._type(schema, path)
+        return getattr(self, f"_{kind}")(schema, path, depth)
+
+    def _type(self, schema: Mapping[str, Any], path: str) -> str:
+        declared = schema.get("type")
+        if isinstance(declared, list):
+            if not declared:
+                raise SchemaGenerationError(f"{path}: empty type list")
+            non_null = [t for t in declared if t != "null"]
+            declared = self.rng.choice(non_null or declared)
+        if declared is None:
+            if "properties" in schema or "required" in schema:
+                return "object"
+            if "items" in schema or "prefixItems" in schema:
+                return "array"
+            if any(
+                k in schema
+                for k in (
+                    "minimum",
+                    "maximum",
+                    "exclusiveMinimum",
+                    "exclusiveMaximum",
+                    "multipleOf",
+                )
+            ):
+                return "number"
+            return "string"
+        if declared not in ("object", "array", "string", "integer", "number", "boolean", "null"):
+            raise SchemaGenerationError(f"{path}: unknown type {declared!r}")
+        return declared
+
+    # ------------------------------------------------------------------ refs
+
+    def _resolve(self, ref: Any, path: str) -> Any:
+        if not isinstance(ref, str) or not ref.startswith("#"):
+            raise SchemaGenerationError(
+                f"{path}: only local $ref ('#/...') is supported, got {ref!r}"
+            )
+        node: Any = self.root
+        for part in [p for p in ref[1:].split("/") if p]:
+            part = part.replace("~1", "/").replace("~0", "~")
+            if isinstance(node, Mapping) and part in node:
+                node = node[part]
+            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            else:
+                raise SchemaGenerationError(f"{path}: $ref {ref!r} does not resolve")
+        return node
+
+    def _deref(self, schema: Any, path: str, hops: int = 0) -> Any:
+        while isinstance(schema, Mapping) and set(schema) == {"$ref"}:
+            hops += 1
+            if hops > MAX_DEPTH:
+                raise SchemaGenerationError(f"{path}: $ref cycle")
+            schema = self._resolve(schema["$ref"], path)
+        return schema
+
+    # ------------------------------------------------------------------ types
+
+    def _object(self, schema: Mapping[str, Any], path: str, depth: int) -> dict[str, Any]:
+        properties = schema.get("properties", {}) or {}
+        required = list(dict.fromkeys(schema.get("required", []) or []))
+        extra_allowed = schema.get("additionalProperties", True) is not False
+        missing = [name for name in required if name not in properties]
+        if missing and not extra_allowed:
+            raise SchemaGenerationError(
+                f"{path}: required {missing} not in properties and additionalProperties is false"
+            )
+        optional = [name for name in properties if name not in required]
+        if depth < SOFT_DEPTH:
+            chosen = [name for name in optional if self.rng.random() < 0.6]
+        else:
+            chosen = []
+        min_props = int(schema.get("minProperties", 0))
+        while len(required) + len(chosen) < min_props and len(chosen) < len(optional):
+            chosen.append(next(n for n in optional if n not in chosen))
+        out: dict[str, Any] = {}
+        for name in required + chosen:
+            sub = properties.get(name, schema.get("additionalProperties", True))
+            if sub is True or sub is None:
+                sub = {}
+            out[name] = self._field(name, sub, f"{path}.{name}", depth + 1)
+        extra = 0
+        while len(out) < min_props and extra_allowed:
+            extra += 1
+            out[f"field_{extra}"] = self._word()
+        if "maxProperties" in schema and len(out) > int(schema["maxProperties"]):
+            raise SchemaGenerationError(f"{path}: required properties exceed maxProperties")
+        return out
+
+    def _field(self, name: str, schema: Any, path: str, depth: int) -> Any:
+        if name in self.hints and _plausible(self.hints[name], self._deref(schema, path)):
+            return self.hints[name]
+        return self.generate(schema, path, depth)
+
+    def _array(self, schema: Mapping[str, Any], path: str, depth: int) -> list[Any]:
+        prefix = schema.get("prefixItems")
+        items = schema.get("items", {})
+        if isinstance(items, list):  # draft-4 tuple form
+            prefix, items = items, schema.get("additionalItems", {})
+        prefix = list(prefix or [])
+        lo = int(schema.get("minItems", 0))
+        hi = schema.get("maxItems")
+        if hi is not None and int(hi) < lo:
+            raise SchemaGenerationError(f"{path}: minItems {lo} > maxItems {hi}")
+        hi = int(hi) if hi is not None else lo + 3
+        if items is False:
+            hi = min(hi, len(prefix))
+            if hi < lo:
+                raise SchemaGenerationError(
+                    f"{path}: minItems {lo} > the {len(prefix)} prefixItems allowed"
+                )
+        target = lo if depth >= SOFT_DEPTH else self.rng.randint(lo, max(lo, min(hi, lo + 3)))
+        target = max(target, min(len(prefix), hi))
+        out: list[Any] = []
+        unique = bool(schema.get("uniqueItems"))
+        for index in range(target):
+            sub = prefix[index] if index < len(prefix) else items
+            value = self.generate(sub if sub is not True else {}, f"{path}[{index}]", depth + 1)
+            for _ in range(8):
+                if not unique or value not in out:
+                    break
+                value = self.generate(sub, f"{path}[{index}]", depth + 1)
+            out.append(value)
+        return out
+
+    def _string(self, schema: Mapping[str, Any], path: str, depth: int) -> str:
+        lo = int(schema.get("minLength", 0))
+        hi = schema.get("maxLength")
+        if hi is not None and int(hi) < lo:
+            raise SchemaGenerationError(f"{path}: minLength {lo} > maxLength {hi}")
+        fmt = schema.get("format")
+        if "pattern" in schema:
+            try:
+                value = self.xeger.xeger(schema["pattern"])
+            except (re.error, ValueError, TypeError, IndexError) as exc:
+                raise SchemaGenerationError(
+                    f"{path}: cannot generate from pattern {schema['pattern']!r}: {exc}"
+                ) from None
+        elif fmt in _FORMATS:
+            value = _FORMATS[fmt](self.rng)
+        else:
+            value = self._word()
+        if len(value) < lo and "pattern" not in schema and fmt not in _FORMATS:
+            value = value + "".join(
+                self.rng.choice(string.ascii_lowercase) for _ in range(lo - len(value))
+            )
+        if hi is not None and len(value) > int(hi) and "pattern" not in schema:
+            value = value[: int(hi)]
+        return value
+
+    def _integer(self, schema: Mapping[str, Any], path: str, depth: int) -> int:
+        lo, hi = _bounds(schema, path, integer=True)
+        step = schema.get("multipleOf")
+        if step:
+            if float(step) != int(step):
+                raise SchemaGenerationError(f"{path}: integer multipleOf {step} is not whole")
+            step = int(step)
+            first, last = math.ceil(lo / step), math.floor(hi / step)
+            if first > last:
+                raise SchemaGenerationError(f"{path}: no multiple of {step} in [{lo}, {hi}]")
+            return self.rng.randint(first, last) * step
+        return self.rng.randint(lo, hi)
+
+    def _number(self, schema: Mapping[str, Any], path: str, depth: int) -> float | int:
+        if schema.get("multipleOf"):
+            step = float(schema["multipleOf"])
+            lo, hi = _bounds(schema, path, integer=False)
+            first, last = math.ceil(lo / step), math.floor(hi / step)
+            if first > last:
+                raise SchemaGenerationError(f"{path}: no multiple of {step} in [{lo}, {hi}]")
+            return self.rng.randint(first, last) * step
+        lo, hi = _bounds(schema, path, integer=False)
+        value = round(self.rng.uniform(lo, hi), 2)
+        return min(max(value, lo), hi)
+
+    def _boolean(self, schema: Mapping[str, Any], path: str, depth: int) -> bool:
+        return self.rng.random() < 0.5
+
+    def _null(self, schema: Mapping[str, Any], path: str, depth: int) -> None:
+        return None
+
+    def _word(self) -> str:
+        return self.rng.choice(_WORDS)
+
+
+def _bounds(schema: Mapping[str, Any], path: str, *, integer: bool) -> tuple[float, float]:
+    lo, hi = schema.get("minimum"), schema.get("maximum")
+    ex_lo, ex_hi = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
+    nudge = 1 if integer else 0.01
+    if isinstance(ex_lo, bool):  # draft 4: a flag on minimum
+        ex_lo = lo if ex_lo else None
+    if isinstance(ex_hi, bool):
+        ex_hi = hi if ex_hi else None
+    if ex_lo is not None:
+        lo = max(lo if lo is not None else -math.inf, ex_lo + nudge)
+    if ex_hi is not None:
+        hi = min(hi if hi is not None else math.inf, ex_hi - nudge)
+    if lo is None and hi is None:
+        lo, hi = 0, 1000
+    elif lo is None:
+        lo = hi - 1000
+    elif hi is None:
+        hi = lo + 1000
+    if integer:
+        lo, hi = math.ceil(lo), math.floor(hi)
+    if lo > hi:
+        raise SchemaGenerationError(f"{path}: empty numeric range [{lo}, {hi}]")
+    return lo, hi
+
+
+def _merge(schemas: list[Any], path: str) -> dict[str, Any]:
+    """Conjunction of object schemas, for ``allOf`` and sibling keywords next to ``$ref``."""
+    out: dict[str, Any] = {}
+    for schema in schemas:
+        if schema is True:
+            continue
+        if not isinstance(schema, Mapping):
+            raise SchemaGenerationError(f"{path}: allOf member is not a schema")
+        for key, value in schema.items():
+            if key not in out:
+                out[key] = value
+            elif key == "properties":
+                merged = dict(out[key])
+                for name, sub in value.items():
+                    merged[name] = _merge([merged[name], sub], path) if name in merged else sub
+                out[key] = merged
+            elif key == "required":
+                out[key] = list(dict.fromkeys([*out[key], *value]))
+            elif key in ("minimum", "minLength", "minItems", "exclusiveMinimum"):
+                out[key] = max(out[key], value)
+            elif key in ("maximum", "maxLength", "maxItems", "exclusiveMaximum"):
+                out[key] = min(out[key], value)
+            elif key == "enum":
+                out[key] = [v for v in out[key] if v in value]
+            elif key == "type":
+                a = set(out[key] if isinstance(out[key], list) else [out[key]])
+                b = set(value if isinstance(value, list) else [value])
+                if "number" in a and "integer" in b or "number" in b and "integer" in a:
+                    a, b = a | {"integer"}, b | {"integer"}
+                common = sorted(a & b)
+                if not common:
+                    raise SchemaGenerationError(
+                        f"{path}: allOf types {sorted(a)} and {sorted(b)} have nothing in common"
+                    )
+                out[key] = common if len(common) > 1 else common[0]
+            else:
+                out[key] = value
+    return out
+
+
+def _plausible(value: Any, schema: Any) -> bool:
+    """A cheap pre-check that an echoed value fits a field (the simulator validates fully)."""
+    if not isinstance(schema, Mapping):
+        return schema is True
+    if "const" in schema:
+        return value == schema["const"]
+    if "enum" in schema:
+        return value in schema["enum"]
+    declared = schema.get("type")
+    if declared is None:
+        return not any(k in schema for k in ("$ref", "allOf", "oneOf", "anyOf"))
+    kinds = declared if isinstance(declared, list) else [declared]
+    return any(_is_type(value, kind) for kind in kinds)
+
+
+def _is_type(value: Any, kind: str) -> bool:
+    if kind == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "number":
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    return isinstance(
+        value,
+        {"string": str, "boolean": bool, "object": dict, "array": list, "null": type(None)}.get(
+            kind, object
+        ),
+    )
+
+
+def _date(rng: random.Random) -> dt.date:
+    return dt.date(2024, 1, 1) + dt.timedelta(days=rng.randint(0, 730))
+
+
+_FORMATS = {
+    "date": lambda rng: _date(rng).isoformat(),
+    "date-time": lambda rng: (
+        f"{_date(rng).isoformat()}T{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:00Z"
+    ),
+    "time": lambda rng: f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:00Z",
+    "email": lambda rng: f"{rng.choice(_WORDS)}.{rng.randint(1, 99)}@example.com",
+    "uri": lambda rng: f"https://example.com/{rng.choice(_WORDS)}/{rng.randint(1, 999)}",
+    "url": lambda rng: f"https://example.com/{rng.choice(_WORDS)}/{rng.randint(1, 999)}",
+    "uuid": lambda rng: str(uuid.UUID(int=rng.getrandbits(128), version=4)),
+    "ipv4": lambda rng: ".".join(str(rng.randint(1, 254)) for _ in range(4)),
+    "hostname": lambda rng: f"{rng.choice(_WORDS)}.example.com",
+}
+
+
+def unsupported_keywords(schema: Any) -> list[str]:
+    """Keywords anywhere in ``schema`` that the generator does not construct for."""
+    found: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, Mapping):
+            found.update(k for k in _UNSUPPORTED if k in node)
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(schema)
+    return sorted(found)
