@@ -8,8 +8,8 @@ problems as ``(field, message)``; an empty list means the record passes.
 from __future__ import annotations
 
 import copy
-from functools import lru_cache
 import json
+from functools import lru_cache
 from typing import Any
 
 from jsonschema import Draft202012Validator

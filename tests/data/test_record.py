@@ -8,7 +8,6 @@ from slca.data.checks import gold_problems, is_reference, record_problems, schem
 from slca.data.record import TaskRecord
 
 
-
 def test_valid_record_round_trips(record):
     r = TaskRecord.model_validate(record)
     assert r.n_calls == 1
