@@ -35,20 +35,33 @@ def validator_for(schema: dict[str, Any]) -> Draft202012Validator:
     return _validator(json.dumps(schema, sort_keys=True))
 
 
+@lru_cache(maxsize=4096)
+def _schema_error(schema_json: str) -> str | None:
+    try:
+        Draft202012Validator.check_schema(json.loads(schema_json))
+    except SchemaError as e:
+        path = "/".join(str(p) for p in e.path)
+        return f"invalid JSON Schema at '{path}': {e.message}"
+    return None
+
+
 def schema_problems(tools: list[dict[str, Any]]) -> list[Problem]:
-    """Each tool's ``parameters`` and ``response`` must be a valid JSON Schema."""
+    """Each tool's ``parameters`` and ``response`` must be a valid JSON Schema.
+
+    Checked once per distinct schema (tools repeat across records).
+    """
     out: list[Problem] = []
     for i, tool in enumerate(tools):
         for key in ("parameters", "response"):
             schema = tool.get(key)
             if schema is None and key == "response":
                 continue
-            try:
-                Draft202012Validator.check_schema(schema)
-            except SchemaError as e:
-                path = "/".join(str(p) for p in e.path)
-                out.append((f"tools[{i}].{key}", f"{tool.get('name')!r}: invalid JSON Schema "
-                            f"at '{path}': {e.message}"))
+            if not isinstance(schema, dict | bool):
+                out.append((f"tools[{i}].{key}", f"{tool.get('name')!r}: not a JSON Schema"))
+                continue
+            err = _schema_error(json.dumps(schema, sort_keys=True))
+            if err:
+                out.append((f"tools[{i}].{key}", f"{tool.get('name')!r}: {err}"))
     return out
 
 

@@ -30,7 +30,7 @@ SPLITS = (*IN_DOMAIN_SPLITS, EVAL_SPLIT)
 #: (NESTFUL's notation). A whole argument value of this form is a reference, not a literal.
 REFERENCE_RE = re.compile(r"^\$(?P<label>[A-Za-z_][A-Za-z0-9_]*)(?P<path>(\.[^$]+)?)\$$")
 
-_NAME_RE = r"^[A-Za-z_][A-Za-z0-9_.\-]*$"
+_NAME_RE = r"^\S+$"  # sources use dots and parentheses: keep names as they are
 
 
 class _Strict(BaseModel):
