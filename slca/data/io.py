@@ -146,6 +146,7 @@ def atomic_dir(dest: str | Path) -> Iterator[Path]:
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
+    tmp.chmod(0o755)  # mkdtemp makes it private; the dataset is not
     try:
         yield tmp
         for f in tmp.iterdir():
