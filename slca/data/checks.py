@@ -1,0 +1,125 @@
+"""Semantic checks of a task record that a pydantic model cannot express.
+
+Shared by ``prepare`` (which rejects or quarantines a bad record) and by the Great
+Expectations suite (which re-checks what was stored). Each check returns a list of
+problems as ``(field, message)``; an empty list means the record passes.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from functools import lru_cache
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+
+from slca.data.record import REFERENCE_RE
+
+Problem = tuple[str, str]
+
+
+def is_reference(value: Any) -> bool:
+    """True for a whole-value reference to an earlier result, e.g. ``$var1.skyId$``."""
+    return isinstance(value, str) and REFERENCE_RE.match(value) is not None
+
+
+@lru_cache(maxsize=4096)
+def _validator(schema_json: str) -> Draft202012Validator:
+    return Draft202012Validator(json.loads(schema_json))
+
+
+def validator_for(schema: dict[str, Any]) -> Draft202012Validator:
+    """A compiled validator, cached by the schema's canonical JSON."""
+    return _validator(json.dumps(schema, sort_keys=True))
+
+
+@lru_cache(maxsize=4096)
+def _schema_error(schema_json: str) -> str | None:
+    try:
+        Draft202012Validator.check_schema(json.loads(schema_json))
+    except SchemaError as e:
+        path = "/".join(str(p) for p in e.path)
+        return f"invalid JSON Schema at '{path}': {e.message}"
+    return None
+
+
+def schema_problems(tools: list[dict[str, Any]]) -> list[Problem]:
+    """Each tool's ``parameters`` and ``response`` must be a valid JSON Schema.
+
+    Checked once per distinct schema (tools repeat across records).
+    """
+    out: list[Problem] = []
+    for i, tool in enumerate(tools):
+        for key in ("parameters", "response"):
+            schema = tool.get(key)
+            if schema is None and key == "response":
+                continue
+            if not isinstance(schema, dict | bool):
+                out.append((f"tools[{i}].{key}", f"{tool.get('name')!r}: not a JSON Schema"))
+                continue
+            err = _schema_error(json.dumps(schema, sort_keys=True))
+            if err:
+                out.append((f"tools[{i}].{key}", f"{tool.get('name')!r}: {err}"))
+    return out
+
+
+def _mask_references(schema: dict[str, Any], args: dict[str, Any]) -> tuple[dict, dict]:
+    """Drop reference-valued arguments from the instance, keeping them 'present'.
+
+    A reference's value is only known after the earlier call ran, so its type cannot be
+    checked here; it still satisfies ``required``.
+    """
+    refs = {k for k, v in args.items() if is_reference(v)}
+    if not refs:
+        return schema, args
+    schema = copy.deepcopy(schema)
+    if isinstance(schema.get("required"), list):
+        schema["required"] = [k for k in schema["required"] if k not in refs]
+    return schema, {k: v for k, v in args.items() if k not in refs}
+
+
+def gold_problems(tools: list[dict[str, Any]], gold: list[list[dict[str, Any]]]) -> list[Problem]:
+    """Every gold call names a tool of the task and its arguments match its parameters.
+
+    References (``$label.path$``) must name a label of an earlier step.
+    """
+    by_name = {t.get("name"): t for t in tools}
+    out: list[Problem] = []
+    labels: set[str] = set()
+    for i, step in enumerate(gold):
+        step_labels: set[str] = set()
+        for j, call in enumerate(step):
+            where = f"gold[{i}][{j}]"
+            tool = by_name.get(call.get("name"))
+            if tool is None:
+                out.append((f"{where}.name", f"{call.get('name')!r} is not a tool of the task"))
+                continue
+            args = call.get("arguments") or {}
+            for k, v in args.items():
+                if is_reference(v):
+                    label = REFERENCE_RE.match(v).group("label")
+                    if label not in labels:
+                        out.append((f"{where}.arguments.{k}",
+                                    f"reference {v!r} names no result of an earlier step"))
+            schema, inst = _mask_references(tool.get("parameters") or {}, args)
+            try:
+                errors = sorted(validator_for(schema).iter_errors(inst), key=lambda e: e.path)
+            except SchemaError as e:  # reported by schema_problems
+                out.append((f"{where}.arguments", f"cannot check: {e.message}"))
+                continue
+            for e in errors[:3]:
+                path = ".".join(str(p) for p in e.path)
+                field = f"{where}.arguments" + (f".{path}" if path else "")
+                out.append((field, f"{call['name']}: {e.message}"))
+            if call.get("label"):
+                step_labels.add(call["label"])
+        labels |= step_labels
+    return out
+
+
+def record_problems(record: dict[str, Any]) -> list[Problem]:
+    """All semantic problems of one record given as plain JSON data."""
+    tools = record.get("tools") or []
+    return schema_problems(tools) + gold_problems(tools, record.get("gold") or [])

