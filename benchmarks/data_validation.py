@@ -23,8 +23,10 @@ from slca.data.validate import _expectations, build_suite, load_frame, run_suite
 
 def python_gold_check(df) -> int:
     """The same check without GE: slca.data.checks (pure-Python jsonschema, cached)."""
-    return sum(not gold_problems(json.loads(t), json.loads(g))
-               for t, g in zip(df["tools"], df["gold"], strict=True))
+    return sum(
+        not gold_problems(json.loads(t), json.loads(g))
+        for t, g in zip(df["tools"], df["gold"], strict=True)
+    )
 
 
 def compiled_gold_check(df) -> int:
@@ -71,12 +73,13 @@ def main() -> None:
     rows = len(df)
     results = {
         "GE, gold expectation only": timed(lambda: run_suite(df, suite=gold_only), args.repeats),
-        "GE, full suite (7 expectations)": timed(lambda: run_suite(df, suite=build_suite()),
-                                                 args.repeats),
-        "jsonschema (Python), cached validators": timed(lambda: python_gold_check(df),
-                                                        args.repeats),
-        "jsonschema-rs, compiled per schema": timed(lambda: compiled_gold_check(df),
-                                                    args.repeats),
+        "GE, full suite (7 expectations)": timed(
+            lambda: run_suite(df, suite=build_suite()), args.repeats
+        ),
+        "jsonschema (Python), cached validators": timed(
+            lambda: python_gold_check(df), args.repeats
+        ),
+        "jsonschema-rs, compiled per schema": timed(lambda: compiled_gold_check(df), args.repeats),
     }
     assert python_gold_check(df) == compiled_gold_check(df) == rows  # same verdicts
     base = results["jsonschema-rs, compiled per schema"]

@@ -101,8 +101,12 @@ def gold_problems(tools: list[dict[str, Any]], gold: list[list[dict[str, Any]]])
                 if is_reference(v):
                     label = REFERENCE_RE.match(v).group("label")
                     if label not in labels:
-                        out.append((f"{where}.arguments.{k}",
-                                    f"reference {v!r} names no result of an earlier step"))
+                        out.append(
+                            (
+                                f"{where}.arguments.{k}",
+                                f"reference {v!r} names no result of an earlier step",
+                            )
+                        )
             schema, inst = _mask_references(tool.get("parameters") or {}, args)
             try:
                 errors = sorted(validator_for(schema).iter_errors(inst), key=lambda e: e.path)

@@ -34,8 +34,13 @@ SCALAR_COLUMNS = ("id", "source", "domain", "split", "eval_only")
 COLUMNS = SCALAR_COLUMNS + JSON_COLUMNS
 
 SCHEMA = pa.schema(
-    [("id", pa.string()), ("source", pa.string()), ("domain", pa.string()),
-     ("split", pa.string()), ("eval_only", pa.bool_())]
+    [
+        ("id", pa.string()),
+        ("source", pa.string()),
+        ("domain", pa.string()),
+        ("split", pa.string()),
+        ("eval_only", pa.bool_()),
+    ]
     + [(c, pa.string()) for c in JSON_COLUMNS]
 )
 
@@ -86,8 +91,13 @@ def file_sha256(path: Path) -> str:
 
 def write_parquet(table: pa.Table, path: Path) -> None:
     # No statistics of JSON text; a fixed writer setup keeps bytes stable across runs.
-    pq.write_table(table, path, compression="zstd", write_statistics=["id", "split"],
-                   use_dictionary=["source", "domain", "split"])
+    pq.write_table(
+        table,
+        path,
+        compression="zstd",
+        write_statistics=["id", "split"],
+        use_dictionary=["source", "domain", "split"],
+    )
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
@@ -128,8 +138,9 @@ def build_train_set(records: Iterable[TaskRecord]) -> list[TaskRecord]:
     records = list(records)
     bad = [r.id for r in records if r.eval_only or r.split != "train"]
     if bad:
-        raise ValueError(f"refusing to train on {len(bad)} eval-only or non-train records, "
-                         f"e.g. {bad[:5]}")
+        raise ValueError(
+            f"refusing to train on {len(bad)} eval-only or non-train records, e.g. {bad[:5]}"
+        )
     return records
 
 

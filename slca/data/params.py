@@ -17,8 +17,13 @@ TaskKind = Literal["single", "parallel", "multi_step", "no_call"]
 SourceName = Literal["synth", "nestful", "bfcl", "tau2"]
 
 BFCL_CATEGORIES = (
-    "simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance",
-    "live_simple", "live_multiple",
+    "simple_python",
+    "multiple",
+    "parallel",
+    "parallel_multiple",
+    "irrelevance",
+    "live_simple",
+    "live_multiple",
 )
 NESTFUL_SUBSETS = ("executable", "glaive", "sgd", "complexfuncbench")
 TAU2_DOMAINS = ("airline", "retail", "telecom")
@@ -38,8 +43,12 @@ class SynthParams(_Strict):
         description="Domains to draw tasks from (names in slca.data.synth.DOMAINS).",
     )
     mix: dict[TaskKind, float] = Field(
-        default_factory=lambda: {"single": 0.4, "parallel": 0.25, "multi_step": 0.25,
-                                 "no_call": 0.1},
+        default_factory=lambda: {
+            "single": 0.4,
+            "parallel": 0.25,
+            "multi_step": 0.25,
+            "no_call": 0.1,
+        },
         description="Relative weight of each task kind (the difficulty mix); normalised.",
     )
     max_parallel: int = Field(3, ge=2, le=5, description="Most calls in one parallel step.")
@@ -97,8 +106,9 @@ class BfclParams(_Strict):
     def _known(cls, v: list[str]) -> list[str]:
         unknown = sorted(set(v) - set(BFCL_CATEGORIES))
         if unknown:
-            raise ValueError(f"unsupported BFCL categories {unknown}; "
-                             f"supported: {list(BFCL_CATEGORIES)}")
+            raise ValueError(
+                f"unsupported BFCL categories {unknown}; supported: {list(BFCL_CATEGORIES)}"
+            )
         return v
 
 
@@ -107,8 +117,9 @@ class Tau2Params(_Strict):
         default_factory=lambda: list(TAU2_DOMAINS), description="τ² domains (eval-only)."
     )
     task_split: str = Field(
-        "base", description="τ² task split to take (split_tasks.json key; 'base' = all of "
-        "airline/retail and the 114 standard telecom tasks)."
+        "base",
+        description="τ² task split to take (split_tasks.json key; 'base' = all of "
+        "airline/retail and the 114 standard telecom tasks).",
     )
 
 
@@ -118,12 +129,12 @@ class PrepareParams(_Strict):
     seed: int = Field(13, description="Seeds the generator and the split assignment.")
     sources: list[SourceName] = Field(
         default_factory=lambda: ["synth", "nestful", "bfcl", "tau2"],
-        min_length=1, description="Sources to import.",
+        min_length=1,
+        description="Sources to import.",
     )
     out_dir: str = Field("data/tasks", description="Where parquet files and manifest go.")
     skip_invalid: bool = Field(
-        False, description="Quarantine malformed records into rejects.jsonl instead of "
-        "stopping."
+        False, description="Quarantine malformed records into rejects.jsonl instead of stopping."
     )
     synth: SynthParams = Field(default_factory=SynthParams)
     splits: SplitParams = Field(default_factory=SplitParams)
@@ -155,8 +166,6 @@ def load_params(path: str | Path = "params.yaml") -> DataParams:
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: no such params file") from None
     try:
-        return DataParams.model_validate(
-            {k: raw[k] for k in ("prepare", "validate") if k in raw}
-        )
+        return DataParams.model_validate({k: raw[k] for k in ("prepare", "validate") if k in raw})
     except ValidationError as e:
         raise ValueError(f"{path}: invalid task-data params:\n{e}") from None

@@ -38,22 +38,31 @@ class PrepareError(ValueError):
         self.source, self.ref, self.field, self.message = source, ref, field, message
 
     def as_reject(self) -> dict[str, str]:
-        return {"source": self.source, "record": self.ref, "field": self.field,
-                "reason": self.message}
+        return {
+            "source": self.source,
+            "record": self.ref,
+            "field": self.field,
+            "reason": self.message,
+        }
 
 
 def _items(source: str, p: PrepareParams, roots: dict[str, Path]) -> Iterable[SourceItem]:
     if source == "synth":
-        return (SourceItem(f"index {i}", lambda r=r: r)
-                for i, r in enumerate(synth.generate(p.synth, p.seed)))
+        return (
+            SourceItem(f"index {i}", lambda r=r: r)
+            for i, r in enumerate(synth.generate(p.synth, p.seed))
+        )
     if source == "nestful":
         from slca.data.sources import nestful
+
         return nestful.items(p.nestful.subsets, roots.get("nestful"))
     if source == "bfcl":
         from slca.data.sources import bfcl
+
         return bfcl.items(p.bfcl.categories, roots.get("bfcl"))
     if source == "tau2":
         from slca.data.sources import tau2
+
         return tau2.items(p.tau2.domains, p.tau2.task_split)
     raise ValueError(f"unknown source {source!r}")
 
@@ -79,7 +88,8 @@ def _build(source: str, item: SourceItem) -> TaskRecord:
 
 
 def collect(
-    p: PrepareParams, roots: dict[str, Path] | None = None,
+    p: PrepareParams,
+    roots: dict[str, Path] | None = None,
     items_fn: Callable[[str, PrepareParams, dict[str, Path]], Iterable[SourceItem]] = _items,
 ) -> tuple[list[TaskRecord], list[dict[str, str]]]:
     """All records of all sources, and the rejects (only non-empty with skip_invalid)."""
@@ -94,8 +104,12 @@ def collect(
                 try:
                     rec = _build(source, item)
                     if rec.id in seen:
-                        raise PrepareError(source, item.ref, "id",
-                                           f"duplicate id {rec.id!r} (first: {seen[rec.id]})")
+                        raise PrepareError(
+                            source,
+                            item.ref,
+                            "id",
+                            f"duplicate id {rec.id!r} (first: {seen[rec.id]})",
+                        )
                 except PrepareError as e:
                     if not p.skip_invalid:
                         raise
@@ -127,8 +141,7 @@ def prepare(p: PrepareParams, roots: dict[str, Path] | None = None) -> dict[str,
     evals = [r for r in records if r.eval_only]
     final, dropped = splits.assign_splits(in_domain, evals, p.seed, p.splits)
     for r, why in dropped:
-        rejects.append({"source": r.source, "record": r.id, "field": "messages",
-                        "reason": why})
+        rejects.append({"source": r.source, "record": r.id, "field": "messages", "reason": why})
     by_split: dict[str, list[TaskRecord]] = {s: [] for s in SPLITS}
     for r in final:
         by_split[r.split].append(r)
@@ -154,18 +167,24 @@ def prepare(p: PrepareParams, roots: dict[str, Path] | None = None) -> dict[str,
             io.write_parquet(io.records_table(rs), path)
             manifest["files"][path.name] = io.file_sha256(path)
         (tmp / "rejects.jsonl").write_text(
-            "".join(json.dumps(r, sort_keys=True) + "\n" for r in rejects))
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True)
-                                           + "\n")
+            "".join(json.dumps(r, sort_keys=True) + "\n" for r in rejects)
+        )
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return manifest
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m slca.data.prepare", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m slca.data.prepare",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--params", default="params.yaml", help="params file (default %(default)s)")
-    ap.add_argument("--skip-invalid", action="store_true",
-                    help="quarantine malformed records into rejects.jsonl instead of stopping")
+    ap.add_argument(
+        "--skip-invalid",
+        action="store_true",
+        help="quarantine malformed records into rejects.jsonl instead of stopping",
+    )
     args = ap.parse_args(argv)
     try:
         p = load_params(args.params).prepare

@@ -91,9 +91,7 @@ class TaskRecord(_Strict):
     """One tool-calling task, whatever its source."""
 
     id: str = Field(min_length=1, description="Unique across the whole dataset.")
-    source: str = Field(
-        min_length=1, description="Where it came from: synth, nestful, bfcl, tau2."
-    )
+    source: str = Field(min_length=1, description="Where it came from: synth, nestful, bfcl, tau2.")
     domain: str = Field(
         min_length=1, description="API family or benchmark category within the source."
     )
@@ -117,9 +115,7 @@ class TaskRecord(_Strict):
         description="Seeded world state the APIs answer from (generator only); null for "
         "real sources.",
     )
-    eval_only: bool = Field(
-        default=False, description="Never to be trained on (benchmarks)."
-    )
+    eval_only: bool = Field(default=False, description="Never to be trained on (benchmarks).")
 
     @field_validator("messages")
     @classmethod
@@ -153,8 +149,7 @@ class TaskRecord(_Strict):
             for j, call in enumerate(step):
                 if call.name not in names:
                     raise ValueError(
-                        f"gold[{i}][{j}] calls {call.name!r}, which is not among the "
-                        f"task's tools"
+                        f"gold[{i}][{j}] calls {call.name!r}, which is not among the task's tools"
                     )
         if self.eval_only and self.split != EVAL_SPLIT:
             raise ValueError(f"eval_only record in split {self.split!r}")

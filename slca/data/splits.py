@@ -47,7 +47,9 @@ def split_for(key: str, seed: int, fractions: SplitParams) -> str:
 
 
 def assign_splits(
-    in_domain: Iterable[TaskRecord], eval_records: Iterable[TaskRecord], seed: int,
+    in_domain: Iterable[TaskRecord],
+    eval_records: Iterable[TaskRecord],
+    seed: int,
     fractions: SplitParams,
 ) -> tuple[list[TaskRecord], list[tuple[TaskRecord, str]]]:
     """Give in-domain records train/val/test; eval records keep ``eval``.

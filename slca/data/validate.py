@@ -51,15 +51,23 @@ def _ok_gold(tools: Any, gold: Any) -> bool:
 
 def _user_key(messages: Any) -> str:
     try:
-        return request_key("\n".join(m["content"] for m in json.loads(messages)
-                                     if m.get("role") == "user"))
+        return request_key(
+            "\n".join(m["content"] for m in json.loads(messages) if m.get("role") == "user")
+        )
     except (TypeError, ValueError, KeyError, AttributeError):
         return ""
 
 
 _registered: dict[str, type] = {}
-_PAIR_DOMAIN_KEYS = ("batch_id", "table", "column_A", "column_B", "row_condition",
-                     "condition_parser", "ignore_row_if")
+_PAIR_DOMAIN_KEYS = (
+    "batch_id",
+    "table",
+    "column_A",
+    "column_B",
+    "row_condition",
+    "condition_parser",
+    "ignore_row_if",
+)
 
 
 def _expectations() -> dict[str, type]:
@@ -87,13 +95,22 @@ def _expectations() -> dict[str, type]:
 
     class ColumnPairGoldMatchesTools(ColumnPairMapMetricProvider):
         condition_metric_name = "column_pair_values.slca_gold_matches_tools"
-        condition_domain_keys = ("batch_id", "table", "column_A", "column_B",
-                                 "row_condition", "condition_parser", "ignore_row_if")
+        condition_domain_keys = (
+            "batch_id",
+            "table",
+            "column_A",
+            "column_B",
+            "row_condition",
+            "condition_parser",
+            "ignore_row_if",
+        )
 
         @column_pair_condition_partial(engine=PandasExecutionEngine)
         def _pandas(cls, column_A, column_B, **kwargs):
-            return pd.Series([_ok_gold(a, b) for a, b in zip(column_A, column_B, strict=True)],
-                             index=column_A.index)
+            return pd.Series(
+                [_ok_gold(a, b) for a, b in zip(column_A, column_B, strict=True)],
+                index=column_A.index,
+            )
 
     class ColumnPairKeyInOneSplit(ColumnPairMapMetricProvider):
         condition_metric_name = "column_pair_values.slca_key_in_one_split"
@@ -130,8 +147,11 @@ def _expectations() -> dict[str, type]:
         tools=ExpectColumnValuesToBeValidToolSchemas,
         gold=ExpectGoldCallsToMatchToolSchemas,
         split_keys=ExpectRequestKeysToStayInOneSplit,
-        _metrics=(ColumnValuesValidToolSchemas, ColumnPairGoldMatchesTools,
-                  ColumnPairKeyInOneSplit),
+        _metrics=(
+            ColumnValuesValidToolSchemas,
+            ColumnPairGoldMatchesTools,
+            ColumnPairKeyInOneSplit,
+        ),
     )
     return _registered
 
@@ -139,15 +159,18 @@ def _expectations() -> dict[str, type]:
 def _exception_message(info: dict) -> str:
     if "exception_message" in info:
         return str(info["exception_message"])
-    return "; ".join(str(v.get("exception_message")) for v in info.values()
-                     if isinstance(v, dict)) or "unknown error"
+    return (
+        "; ".join(str(v.get("exception_message")) for v in info.values() if isinstance(v, dict))
+        or "unknown error"
+    )
 
 
 def load_frame(in_dir: str | Path) -> pd.DataFrame:
     """Every split file as one frame, plus the derived ``request_key`` column."""
     in_dir = Path(in_dir)
-    frames = [pq.read_table(p).to_pandas() for s in SPLITS
-              if (p := in_dir / f"{s}.parquet").exists()]
+    frames = [
+        pq.read_table(p).to_pandas() for s in SPLITS if (p := in_dir / f"{s}.parquet").exists()
+    ]
     if not frames:
         raise FileNotFoundError(f"{in_dir}: no split parquet files (run prepare first)")
     df = pd.concat(frames, ignore_index=True)
@@ -169,8 +192,10 @@ def build_suite():
         gxe.ExpectColumnValuesToBeUnique(column="id"),
         gxe.ExpectColumnValuesToBeInSet(column="split", value_set=list(SPLITS)),
         gxe.ExpectColumnPairValuesToBeInSet(
-            column_A="eval_only", column_B="split",
-            value_pairs_set=[(False, s) for s in SPLITS] + [(True, "eval")]),
+            column_A="eval_only",
+            column_B="split",
+            value_pairs_set=[(False, s) for s in SPLITS] + [(True, "eval")],
+        ),
         custom["tools"](column="tools"),
         custom["gold"](column_A="tools", column_B="gold"),
         custom["split_keys"](column_A="request_key", column_B="split"),
@@ -179,8 +204,9 @@ def build_suite():
     return suite
 
 
-def run_suite(df: pd.DataFrame, report_dir: str | Path | None = None,
-              max_examples: int = 5, suite: Any = None) -> tuple[bool, list[str], dict[str, Any]]:
+def run_suite(
+    df: pd.DataFrame, report_dir: str | Path | None = None, max_examples: int = 5, suite: Any = None
+) -> tuple[bool, list[str], dict[str, Any]]:
     """Validate a frame; returns (success, failure messages, GE result as JSON data).
 
     ``suite`` defaults to :func:`build_suite` (benchmarks pass a one-expectation suite).
@@ -191,24 +217,41 @@ def run_suite(df: pd.DataFrame, report_dir: str | Path | None = None,
     docs_dir = None
     if report_dir is not None:
         docs_dir = Path(tempfile.mkdtemp(prefix="ge-docs-"))
-        ctx.add_data_docs_site(site_name="local", site_config={
-            "class_name": "SiteBuilder",
-            "store_backend": {"class_name": "TupleFilesystemStoreBackend",
-                              "base_directory": str(docs_dir)},
-            "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
-        })
-    batch_def = (ctx.data_sources.add_pandas("tasks").add_dataframe_asset("records")
-                 .add_batch_definition_whole_dataframe("all"))
+        ctx.add_data_docs_site(
+            site_name="local",
+            site_config={
+                "class_name": "SiteBuilder",
+                "store_backend": {
+                    "class_name": "TupleFilesystemStoreBackend",
+                    "base_directory": str(docs_dir),
+                },
+                "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+            },
+        )
+    batch_def = (
+        ctx.data_sources.add_pandas("tasks")
+        .add_dataframe_asset("records")
+        .add_batch_definition_whole_dataframe("all")
+    )
     suite = ctx.suites.add(suite if suite is not None else build_suite())
     vdef = ctx.validation_definitions.add(
-        gx.ValidationDefinition(name="tasks", data=batch_def, suite=suite))
+        gx.ValidationDefinition(name="tasks", data=batch_def, suite=suite)
+    )
     actions = []
     if docs_dir is not None:
         actions = [gx.checkpoint.UpdateDataDocsAction(name="docs", site_names=["local"])]
-    cp = ctx.checkpoints.add(gx.Checkpoint(
-        name="tasks", validation_definitions=[vdef], actions=actions,
-        result_format={"result_format": "COMPLETE", "unexpected_index_column_names": ["id"],
-                       "partial_unexpected_count": max_examples}))
+    cp = ctx.checkpoints.add(
+        gx.Checkpoint(
+            name="tasks",
+            validation_definitions=[vdef],
+            actions=actions,
+            result_format={
+                "result_format": "COMPLETE",
+                "unexpected_index_column_names": ["id"],
+                "partial_unexpected_count": max_examples,
+            },
+        )
+    )
     cp_result = cp.run(batch_parameters={"dataframe": df})
     (vres,) = cp_result.run_results.values()
     data = vres.to_json_dict()
@@ -218,26 +261,33 @@ def run_suite(df: pd.DataFrame, report_dir: str | Path | None = None,
             continue
         cfg = r.expectation_config
         res = r.result or {}
-        ids = [x.get("id") if isinstance(x, dict) else x
-               for x in (res.get("unexpected_index_list") or [])][:max_examples]
+        ids = [
+            x.get("id") if isinstance(x, dict) else x
+            for x in (res.get("unexpected_index_list") or [])
+        ][:max_examples]
         kw = {k: v for k, v in cfg.kwargs.items() if k in ("column", "column_A", "column_B")}
         if r.exception_info and r.exception_info.get("raised_exception") is not False:
-            failures.append(f"{cfg.type} {kw}: could not be evaluated: "
-                            f"{_exception_message(r.exception_info)}")
+            failures.append(
+                f"{cfg.type} {kw}: could not be evaluated: {_exception_message(r.exception_info)}"
+            )
             continue
-        failures.append(f"{cfg.type} {kw}: {res.get('unexpected_count', '?')} of "
-                        f"{res.get('element_count', '?')} records fail, e.g. ids {ids}")
+        failures.append(
+            f"{cfg.type} {kw}: {res.get('unexpected_count', '?')} of "
+            f"{res.get('element_count', '?')} records fail, e.g. ids {ids}"
+        )
     if report_dir is not None:
         with io.atomic_dir(report_dir) as tmp:
-            (tmp / "ge_results.json").write_text(json.dumps(data, indent=2, sort_keys=True,
-                                                            default=str))
+            (tmp / "ge_results.json").write_text(
+                json.dumps(data, indent=2, sort_keys=True, default=str)
+            )
             shutil.copytree(docs_dir, tmp / "data_docs")
         shutil.rmtree(docs_dir, ignore_errors=True)
     return bool(vres.success), failures, data
 
 
-def validate_dir(in_dir: str | Path, report_dir: str | Path | None,
-                 max_examples: int = 5) -> tuple[bool, list[str]]:
+def validate_dir(
+    in_dir: str | Path, report_dir: str | Path | None, max_examples: int = 5
+) -> tuple[bool, list[str]]:
     ok, failures, _ = run_suite(load_frame(in_dir), report_dir, max_examples)
     return ok, failures
 

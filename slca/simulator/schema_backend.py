@@ -3,8 +3,14 @@
 Values respect the schema (types, ``properties``/``required``, ``enum``/``const``,
 numeric and length bounds, ``pattern``, arrays with item bounds,
 ``oneOf``/``anyOf``/``allOf``, local ``$ref``/``$defs``, common ``format``\\ s) and
-are consistent with the call: a response field named like an argument, or like a
-key of the task's world state, takes that value when it fits the field's schema.
+are consistent with the call and the task:
+
+- a response field named like an argument (or like a top-level key of the task's
+  world state) takes that value when it fits the field's schema;
+- a response schema node may carry ``x-world``, a JSON-pointer template into the
+  task's world state filled in from the arguments (``"/rates/{base}/{target}"``);
+  when the pointer resolves to a value that fits, that value is the answer. This is
+  how a generated task's gold calls get the answers its ``facts`` state.
 
 Why hand-written and not jsf or hypothesis-jsonschema: both draw from a global or
 engine-owned random source (no per-call seed), and both cost milliseconds per
@@ -17,6 +23,7 @@ a retry, never a wrong answer.
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import math
 import random
@@ -81,15 +88,15 @@ class SchemaBackend:
 
     def propose(self, request: CallRequest) -> Any:
         response_schema = request.tool.get("response")
-        rng = random.Random(f"{request.seed}:{request.attempt}")
-        # Echo hints only on the first attempt: a retry must not repeat a bad echo.
-        hints: dict[str, Any] = {}
-        if request.attempt == 0:
-            hints.update(request.context.get("world", {}) or {})
-            hints.update(request.arguments)
         if response_schema is None:
             return {"status": "ok"}
-        return Generator(response_schema, rng, hints).value()
+        rng = random.Random(f"{request.seed}:{request.attempt}")
+        if request.attempt:  # a retry must not repeat a bad echo
+            return Generator(response_schema, rng).value()
+        world = request.context.get("world") or {}
+        hints = {k: v for k, v in world.items() if not isinstance(v, dict | list)}
+        hints.update(request.arguments)
+        return Generator(response_schema, rng, hints, world, request.arguments).value()
 
 
 class Generator:
@@ -100,10 +107,14 @@ class Generator:
         root: Mapping[str, Any] | bool,
         rng: random.Random,
         hints: Mapping[str, Any] | None = None,
+        world: Any = None,
+        arguments: Mapping[str, Any] | None = None,
     ):
         self.root = root
         self.rng = rng
         self.hints = dict(hints or {})
+        self.world = world
+        self.arguments = dict(arguments or {})
         self.xeger = _ShortXeger(rng)
 
     def value(self) -> Any:
@@ -125,6 +136,10 @@ class Generator:
             raise SchemaGenerationError(
                 f"{path}: a schema must be an object or boolean, got {type(schema).__name__}"
             )
+        if "x-world" in schema and self.world:
+            found = self._from_world(schema["x-world"])
+            if found is not _MISSING and _plausible(found, schema):
+                return copy.deepcopy(found)
         if "$ref" in schema:
             target = self._resolve(schema["$ref"], path)
             rest = {k: v for k, v in schema.items() if k != "$ref"}
@@ -178,6 +193,24 @@ class Generator:
         if declared not in ("object", "array", "string", "integer", "number", "boolean", "null"):
             raise SchemaGenerationError(f"{path}: unknown type {declared!r}")
         return declared
+
+    def _from_world(self, template: Any) -> Any:
+        """The world value at the pointer ``template`` filled from the arguments."""
+        if not isinstance(template, str) or not template.startswith("/"):
+            return _MISSING
+        node: Any = self.world
+        for part in template[1:].split("/"):
+            try:
+                part = part.format_map(_Fields(self.arguments))
+            except (KeyError, ValueError, IndexError, AttributeError):
+                return _MISSING  # an argument the template needs is absent
+            if isinstance(node, Mapping) and part in node:
+                node = node[part]
+            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            else:
+                return _MISSING
+        return node
 
     # ------------------------------------------------------------------ refs
 
@@ -332,6 +365,19 @@ class Generator:
 
     def _word(self) -> str:
         return self.rng.choice(_WORDS)
+
+
+_MISSING = object()
+
+
+class _Fields(dict):
+    """Arguments as template fields: scalars as text; objects fail (no attribute access)."""
+
+    def __getitem__(self, key: str) -> str:
+        value = super().__getitem__(key)
+        if isinstance(value, dict | list):
+            raise KeyError(key)
+        return str(value)
 
 
 def _bounds(schema: Mapping[str, Any], path: str, *, integer: bool) -> tuple[float, float]:

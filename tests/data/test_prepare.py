@@ -59,14 +59,27 @@ def test_no_request_key_spans_two_splits(tmp_path):
 
 def test_near_duplicates_share_a_split_and_eval_collisions_are_dropped(make_record):
     from slca.data.record import TaskRecord
-    a = TaskRecord.model_validate(make_record(id="a", messages=[
-        {"role": "user", "content": "Hi! What's the weather in Paris? Thanks!"}]))
-    b = TaskRecord.model_validate(make_record(id="b", messages=[
-        {"role": "user", "content": "what's the weather in paris"}]))
-    c = TaskRecord.model_validate(make_record(id="c", messages=[
-        {"role": "user", "content": "What's the weather in Lyon?"}]))
-    e = TaskRecord.model_validate(make_record(id="e", split="eval", eval_only=True, messages=[
-        {"role": "user", "content": "What's the weather in Lyon??"}]))
+
+    a = TaskRecord.model_validate(
+        make_record(
+            id="a",
+            messages=[{"role": "user", "content": "Hi! What's the weather in Paris? Thanks!"}],
+        )
+    )
+    b = TaskRecord.model_validate(
+        make_record(id="b", messages=[{"role": "user", "content": "what's the weather in paris"}])
+    )
+    c = TaskRecord.model_validate(
+        make_record(id="c", messages=[{"role": "user", "content": "What's the weather in Lyon?"}])
+    )
+    e = TaskRecord.model_validate(
+        make_record(
+            id="e",
+            split="eval",
+            eval_only=True,
+            messages=[{"role": "user", "content": "What's the weather in Lyon??"}],
+        )
+    )
     assert request_key(a.user_text()) == request_key(b.user_text())
     for seed in range(20):
         recs, dropped = assign_splits([a, b, c], [e], seed, SplitParams())
@@ -86,14 +99,20 @@ def test_malformed_record_stops_with_source_record_field(tmp_path):
 
 
 def test_skip_invalid_quarantines_and_counts(tmp_path):
-    p = _params(tmp_path, sources=["nestful"], nestful={"subsets": ["executable"]},
-                skip_invalid=True)
+    p = _params(
+        tmp_path, sources=["nestful"], nestful={"subsets": ["executable"]}, skip_invalid=True
+    )
     m = prepare(p, roots={"nestful": _nestful_root(tmp_path, [GOOD, BAD, GOOD])})
     rejects = [json.loads(x) for x in (tmp_path / "out/rejects.jsonl").read_text().splitlines()]
     assert m["rejected"] == {"nestful": 1}
-    assert rejects == [{"source": "nestful", "record":
-                        "executable/executable-data.json [1] (id nestful-executable-0001)",
-                        "field": "gold[0][0].arguments.x", "reason": rejects[0]["reason"]}]
+    assert rejects == [
+        {
+            "source": "nestful",
+            "record": "executable/executable-data.json [1] (id nestful-executable-0001)",
+            "field": "gold[0][0].arguments.x",
+            "reason": rejects[0]["reason"],
+        }
+    ]
     assert "'two' is not of type 'number'" in rejects[0]["reason"]
     # both GOOD samples are kept; their text is identical, so they share one split
     assert sum(m["totals"].values()) == 2 and 2 in m["totals"].values()
@@ -111,6 +130,7 @@ def test_failed_run_leaves_previous_output_intact(tmp_path):
 
 def test_train_builder_refuses_eval_only(tmp_path, make_record):
     from slca.data.record import TaskRecord
+
     ok = TaskRecord.model_validate(make_record())
     ev = TaskRecord.model_validate(make_record(id="e", split="eval", eval_only=True))
     assert io.build_train_set([ok]) == [ok]
@@ -123,6 +143,7 @@ def test_train_builder_refuses_eval_only(tmp_path, make_record):
 
 def test_corrupt_parquet_row_error_names_file_row_and_field(tmp_path, make_record):
     from slca.data.record import TaskRecord
+
     t = io.records_table([TaskRecord.model_validate(make_record())])
     rows = t.to_pylist()
     rows[0]["split"] = "dev"
@@ -134,8 +155,10 @@ def test_corrupt_parquet_row_error_names_file_row_and_field(tmp_path, make_recor
 
 def test_cli_and_params(tmp_path):
     params = tmp_path / "params.yaml"
-    params.write_text(f"prepare:\n  sources: [synth]\n  out_dir: {tmp_path / 'o'}\n"
-                      f"  synth: {{n_tasks: 10}}\ntrain: {{lr: 1}}\n")
+    params.write_text(
+        f"prepare:\n  sources: [synth]\n  out_dir: {tmp_path / 'o'}\n"
+        f"  synth: {{n_tasks: 10}}\ntrain: {{lr: 1}}\n"
+    )
     assert load_params(params).prepare.synth.n_tasks == 10
     assert main(["--params", str(params)]) == 0
     assert (tmp_path / "o/manifest.json").exists()

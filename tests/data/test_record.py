@@ -94,11 +94,23 @@ def test_missing_required_and_extra_argument(weather_tool):
 
 
 def test_reference_counts_as_present_but_must_name_an_earlier_label(weather_tool):
-    tool = dict(weather_tool, parameters={
-        "type": "object", "properties": {"city": {"type": "number"}}, "required": ["city"]})
-    ok = [[{"name": "get_weather", "arguments": {"city": 1}, "label": "var1"}],
-          [{"name": "get_weather", "arguments": {"city": "$var1.name$"}}]]
+    tool = dict(
+        weather_tool,
+        parameters={
+            "type": "object",
+            "properties": {"city": {"type": "number"}},
+            "required": ["city"],
+        },
+    )
+    ok = [
+        [{"name": "get_weather", "arguments": {"city": 1}, "label": "var1"}],
+        [{"name": "get_weather", "arguments": {"city": "$var1.name$"}}],
+    ]
     assert gold_problems([tool], ok) == []
-    same_step = [[{"name": "get_weather", "arguments": {"city": 1}, "label": "var1"},
-                  {"name": "get_weather", "arguments": {"city": "$var1.name$"}}]]
+    same_step = [
+        [
+            {"name": "get_weather", "arguments": {"city": 1}, "label": "var1"},
+            {"name": "get_weather", "arguments": {"city": "$var1.name$"}},
+        ]
+    ]
     assert gold_problems([tool], same_step)[0][0] == "gold[0][1].arguments.city"

@@ -22,20 +22,30 @@ SOURCES = ("nestful", "bfcl_eval", "tau2")
 
 
 def _committed(path: str) -> str:
-    return subprocess.run(["git", "-C", str(REPO), "show", f"HEAD:{path}"], check=True,
-                          capture_output=True, text=True).stdout
+    return subprocess.run(
+        ["git", "-C", str(REPO), "show", f"HEAD:{path}"], check=True, capture_output=True, text=True
+    ).stdout
 
 
-@pytest.mark.skipif(shutil.which("git") is None or not (REPO / ".git").exists(),
-                    reason="needs the project's git checkout")
-@pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in SOURCES),
-                    reason="source packages missing: run `make data-sources`")
+@pytest.mark.skipif(
+    shutil.which("git") is None or not (REPO / ".git").exists(),
+    reason="needs the project's git checkout",
+)
+@pytest.mark.skipif(
+    any(importlib.util.find_spec(m) is None for m in SOURCES),
+    reason="source packages missing: run `make data-sources`",
+)
 def test_fresh_clone_dvc_repro_reproduces_the_locked_outputs(tmp_path):
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    run = subprocess.run([str(Path(sys.executable).parent / "dvc"), "repro", "prepare"],
-                         cwd=clone, env=env, capture_output=True, text=True)
+    run = subprocess.run(
+        [str(Path(sys.executable).parent / "dvc"), "repro", "prepare"],
+        cwd=clone,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
 
     locked = yaml.safe_load(_committed("dvc.lock"))["stages"]["prepare"]["outs"]
@@ -48,10 +58,16 @@ def test_fresh_clone_dvc_repro_reproduces_the_locked_outputs(tmp_path):
 
 def test_a_missing_source_package_is_named_with_the_install_command(monkeypatch, tmp_path):
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "bfcl_eval" else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "bfcl_eval" else real_find_spec(name, *a),
+    )
     params = PrepareParams(sources=["bfcl"], out_dir=str(tmp_path / "tasks"))
-    with pytest.raises(MissingSource, match=r"bfcl: package 'bfcl-eval' is not installed.*"
-                                            r"make data-sources"):
+    with pytest.raises(
+        MissingSource,
+        match=r"bfcl: package 'bfcl-eval' is not installed.*"
+        r"make data-sources",
+    ):
         prepare(params)
     assert not (tmp_path / "tasks").exists()  # nothing half-written

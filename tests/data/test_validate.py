@@ -35,7 +35,7 @@ def test_each_planted_error_is_caught_with_its_record_id(frame):
     g = json.loads(df.at[i, "gold"])
     g[0][0]["name"] = "no_such_tool"
     df.at[i, "gold"] = json.dumps(g)
-    j = _row_with_gold(df.loc[i + 1:])  # argument of the wrong type
+    j = _row_with_gold(df.loc[i + 1 :])  # argument of the wrong type
     g = json.loads(df.at[j, "gold"])
     g[0][0]["arguments"] = {k: 12345 for k in g[0][0]["arguments"]}
     df.at[j, "gold"] = json.dumps(g)
@@ -71,12 +71,14 @@ def test_cli_fails_naming_expectation(frame, tmp_path, capsys):
     import pyarrow.parquet as pq
 
     from slca.data import io
+
     d = tmp_path / "in"
     d.mkdir()
     df = frame.drop(columns=["request_key"]).copy()
     df.at[0, "id"] = df.at[1, "id"]
-    pq.write_table(pa.Table.from_pandas(df, schema=io.SCHEMA, preserve_index=False),
-                   d / "train.parquet")
+    pq.write_table(
+        pa.Table.from_pandas(df, schema=io.SCHEMA, preserve_index=False), d / "train.parquet"
+    )
     params = tmp_path / "params.yaml"
     params.write_text(f"validate:\n  in_dir: {d}\n  report_dir: {tmp_path / 'r'}\n")
     assert main(["--params", str(params)]) == 1

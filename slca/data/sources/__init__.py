@@ -49,8 +49,9 @@ def require(raw: dict, key: str, typ: type | tuple[type, ...], field: str | None
     """``raw[key]`` checked for presence and type, or a FieldError naming the field."""
     field = field or key
     if not isinstance(raw, dict):
-        raise FieldError(field.rsplit(".", 1)[0] or field, f"expected an object, got "
-                         f"{type(raw).__name__}")
+        raise FieldError(
+            field.rsplit(".", 1)[0] or field, f"expected an object, got {type(raw).__name__}"
+        )
     if key not in raw:
         raise FieldError(field, "missing")
     v = raw[key]

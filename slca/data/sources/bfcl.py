@@ -110,7 +110,7 @@ def _call(entry: Any, j: int, tools: dict[str, ToolSpec] | None = None) -> Call:
     f = f"ground_truth[{j}]"
     if not isinstance(entry, dict) or len(entry) != 1:
         raise FieldError(f, "expected {function name: {argument: [accepted values]}}")
-    (name, args), = entry.items()
+    ((name, args),) = entry.items()
     if not isinstance(args, dict):
         raise FieldError(f"{f}.{name}", "expected an object of arguments")
     arguments, accepted = {}, {}
@@ -143,8 +143,14 @@ def convert(raw: Any, answer: Any | None, category: str) -> TaskRecord:
         by_name = {t.name: t for t in tools}
         gold = [[_call(e, j, by_name) for j, e in enumerate(gt)]] if gt else []
     return TaskRecord(
-        id=f"bfcl-{rid}", source=SOURCE, domain=category, split="eval",
-        messages=_messages(raw.get("question")), tools=tools, gold=gold, eval_only=True,
+        id=f"bfcl-{rid}",
+        source=SOURCE,
+        domain=category,
+        split="eval",
+        messages=_messages(raw.get("question")),
+        tools=tools,
+        gold=gold,
+        eval_only=True,
     )
 
 
@@ -165,5 +171,9 @@ def items(categories: list[str], root: Path | None = None) -> Iterator[SourceIte
         for n, raw in _jsonl(qpath):
             rid = raw.get("id") if isinstance(raw, dict) else None
             ref = f"{qpath.name} line {n}" + (f" (id {rid})" if rid else "")
-            yield SourceItem(ref, lambda raw=raw, rid=rid, cat=cat, answers=answers:
-                             convert(raw, answers.get(rid), cat))
+            yield SourceItem(
+                ref,
+                lambda raw=raw, rid=rid, cat=cat, answers=answers: convert(
+                    raw, answers.get(rid), cat
+                ),
+            )

@@ -29,12 +29,18 @@ from slca.data.sources.schema_dialect import to_json_schema
 SOURCE = "nestful"
 FILES = {
     "executable": ("executable/executable-data.json", "executable/executable-spec.json"),
-    "glaive": ("non-executable/non-executable-glaive-data.json",
-               "non-executable/non-executable-glaive-spec.json"),
-    "sgd": ("non-executable/non-executable-sgd-data.json",
-            "non-executable/non-executable-sgd-spec.json"),
-    "complexfuncbench": ("complexfuncbench/complexfuncbench-data.json",
-                         "complexfuncbench/complexfuncbench-spec.json"),
+    "glaive": (
+        "non-executable/non-executable-glaive-data.json",
+        "non-executable/non-executable-glaive-spec.json",
+    ),
+    "sgd": (
+        "non-executable/non-executable-sgd-data.json",
+        "non-executable/non-executable-sgd-spec.json",
+    ),
+    "complexfuncbench": (
+        "complexfuncbench/complexfuncbench-data.json",
+        "complexfuncbench/complexfuncbench-spec.json",
+    ),
 }
 RESULT = "var_result"
 
@@ -66,11 +72,15 @@ def spec_to_tool(spec: Any, where: str) -> ToolSpec:
     op = spec.get("output_parameters")
     response = None
     if isinstance(op, dict) and op:
-        response = {"type": "object",
-                    "properties": {k: to_json_schema(v, f"{where}.output_parameters.{k}")
-                                   for k, v in op.items()}}
-    return ToolSpec(name=name, description=spec.get("description") or "",
-                    parameters=params, response=response)
+        response = {
+            "type": "object",
+            "properties": {
+                k: to_json_schema(v, f"{where}.output_parameters.{k}") for k, v in op.items()
+            },
+        }
+    return ToolSpec(
+        name=name, description=spec.get("description") or "", parameters=params, response=response
+    )
 
 
 def _refs(value: Any) -> set[str]:
@@ -104,8 +114,10 @@ def convert(raw: Any, catalog: dict[str, ToolSpec], subset: str, index: int) -> 
         for k, v in args.items():
             for label in _refs(v):
                 if label not in depth:
-                    raise FieldError(f"{f}.arguments.{k}",
-                                     f"references {label!r}, not the label of an earlier call")
+                    raise FieldError(
+                        f"{f}.arguments.{k}",
+                        f"references {label!r}, not the label of an earlier call",
+                    )
                 level = max(level, depth[label] + 1)
         label = c.get("label")
         if label is not None:
@@ -120,9 +132,15 @@ def convert(raw: Any, catalog: dict[str, ToolSpec], subset: str, index: int) -> 
     if isinstance(raw.get(RESULT), dict):
         facts.update(raw[RESULT])
     return TaskRecord(
-        id=f"nestful-{subset}-{index:04d}", source=SOURCE, domain=subset, split="train",
+        id=f"nestful-{subset}-{index:04d}",
+        source=SOURCE,
+        domain=subset,
+        split="train",
         messages=[Message(role="user", content=text.strip())],
-        tools=[catalog[n] for n in used], gold=steps, facts=facts, eval_only=False,
+        tools=[catalog[n] for n in used],
+        gold=steps,
+        facts=facts,
+        eval_only=False,
     )
 
 
@@ -145,6 +163,9 @@ def items(subsets: list[str], root: Path | None = None) -> Iterator[SourceItem]:
         if not isinstance(data, list):
             raise FieldError(data_rel, "expected a JSON array of samples")
         for i, raw in enumerate(data):
-            yield SourceItem(f"{data_rel} [{i}]",
-                             lambda raw=raw, i=i, subset=subset, catalog=catalog:
-                             convert(raw, catalog, subset, i))
+            yield SourceItem(
+                f"{data_rel} [{i}]",
+                lambda raw=raw, i=i, subset=subset, catalog=catalog: convert(
+                    raw, catalog, subset, i
+                ),
+            )

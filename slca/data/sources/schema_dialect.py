@@ -12,17 +12,37 @@ from typing import Any
 from slca.data.sources import FieldError
 
 TYPE_MAP = {
-    "string": "string", "str": "string", "String": "string",
-    "integer": "integer", "int": "integer",
-    "number": "number", "float": "number", "double": "number",
-    "boolean": "boolean", "bool": "boolean",
-    "array": "array", "list": "array", "tuple": "array",
-    "object": "object", "dict": "object",
+    "string": "string",
+    "str": "string",
+    "String": "string",
+    "integer": "integer",
+    "int": "integer",
+    "number": "number",
+    "float": "number",
+    "double": "number",
+    "boolean": "boolean",
+    "bool": "boolean",
+    "array": "array",
+    "list": "array",
+    "tuple": "array",
+    "object": "object",
+    "dict": "object",
     "null": "null",
 }
 
-_KEEP = ("description", "enum", "default", "format", "minimum", "maximum", "pattern",
-         "minItems", "maxItems", "title", "const")
+_KEEP = (
+    "description",
+    "enum",
+    "default",
+    "format",
+    "minimum",
+    "maximum",
+    "pattern",
+    "minItems",
+    "maxItems",
+    "title",
+    "const",
+)
 
 
 def convert_type(t: Any, field: str) -> dict[str, Any]:
@@ -53,8 +73,9 @@ def to_json_schema(node: Any, field: str) -> dict[str, Any]:
         if k in node and node[k] not in (None, [], ""):
             out[k] = node[k]
     if isinstance(node.get("properties"), dict) and node["properties"]:
-        out["properties"] = {k: to_json_schema(v, f"{field}.properties.{k}")
-                             for k, v in node["properties"].items()}
+        out["properties"] = {
+            k: to_json_schema(v, f"{field}.properties.{k}") for k, v in node["properties"].items()
+        }
         if out.get("type") is None:
             out["type"] = "object"
     req = node.get("required")
@@ -63,6 +84,7 @@ def to_json_schema(node: Any, field: str) -> dict[str, Any]:
     if isinstance(node.get("items"), dict):
         out["items"] = to_json_schema(node["items"], f"{field}.items")
     if isinstance(node.get("additionalProperties"), dict):
-        out["additionalProperties"] = to_json_schema(node["additionalProperties"],
-                                                     f"{field}.additionalProperties")
+        out["additionalProperties"] = to_json_schema(
+            node["additionalProperties"], f"{field}.additionalProperties"
+        )
     return out

