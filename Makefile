@@ -23,6 +23,7 @@ $(STAMP): pyproject.toml
 
 test: $(STAMP)
 	$(PY) -m ruff check slca tests benchmarks
+	$(PY) -m ruff format --check -q slca tests benchmarks
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
