@@ -250,10 +250,11 @@ class Generator:
                 f"{path}: required {missing} not in properties and additionalProperties is false"
             )
         optional = [name for name in properties if name not in required]
+        chosen = []
         if depth < SOFT_DEPTH:
             chosen = [name for name in optional if self.rng.random() < 0.6]
-        else:
-            chosen = []
+            if not required and not chosen and optional:  # APIs rarely answer {}
+                chosen = [self.rng.choice(optional)]
         min_props = int(schema.get("minProperties", 0))
         while len(required) + len(chosen) < min_props and len(chosen) < len(optional):
             chosen.append(next(n for n in optional if n not in chosen))
