@@ -198,11 +198,17 @@ def label_turn_tokens(
     decode: Callable[[Sequence[int]], str],
     ids: Sequence[int],
     *,
-    final: bool,
+    final: bool | None = None,
     prefix: Sequence[int] = (),
 ) -> TurnLabels:
-    """Label the sampled token ids of one turn by segment kind and by call."""
+    """Label the sampled token ids of one turn by segment kind and by call.
+
+    ``final=None`` decides from the text: a turn without a ``<tool_call>`` block
+    ends the conversation (the rollout loop's rule).
+    """
     text, offsets = token_offsets(decode, ids, prefix=prefix)
+    if final is None:
+        final = not any(region.kind == "tool_call" for region in lex_turn(text))
     spans = label_turn(text, final=final)
     empty_kind = "summary" if final else "preamble"
     kinds = label_tokens(offsets, spans, empty_kind=empty_kind)

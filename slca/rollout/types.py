@@ -19,9 +19,11 @@ FinishReason = Literal["stop", "max_turns", "max_tokens", "max_bytes"]
 class ExecutedCall:
     """A call the policy made and what the simulator answered.
 
-    ``index`` counts calls over the whole trajectory (0, 1, …) and is the
-    ``call_index`` its tokens carry; ``turn`` is the policy turn that made it;
-    ``step`` counts turns that made at least one call (a parallel step is one turn).
+    ``index`` counts calls over the whole trajectory (0, 1, …); ``turn`` is the
+    policy turn that made it; ``step`` counts turns that made at least one call (a
+    parallel step is one turn); ``block`` counts ``<tool_call>`` blocks over the
+    trajectory and is the ``call_index`` the block's tokens carry (a JSON list in
+    one block is several calls sharing one block's tokens).
     """
 
     index: int
@@ -30,6 +32,7 @@ class ExecutedCall:
     name: str
     arguments: dict[str, Any]
     response: Any
+    block: int = -1
 
 
 @dataclass(frozen=True)
@@ -51,7 +54,8 @@ class Rollout:
     tool responses and template text); ``policy_mask`` marks the tokens the policy
     sampled, ``logprobs`` their log-probabilities under the sampling policy (0
     elsewhere), ``kind_codes`` their segment kind (:data:`slca.segments.KIND_CODE`,
-    ``ENV`` = -1 elsewhere) and ``call_index`` the call each belongs to (-1 if none).
+    ``ENV`` = -1 elsewhere) and ``call_index`` the call block each belongs to over
+    the trajectory (-1 if none; see :class:`ExecutedCall`).
     """
 
     task_id: str

@@ -1,0 +1,148 @@
+"""Prompts through the tokenizer's chat template, with tools (DESIGN §3).
+
+Real models (Qwen2.5/3, Llama 3.x) render ``tools=`` with their own templates. A
+model whose template ignores ``tools=`` (SmolLM2-135M-Instruct does) gets
+:data:`HERMES_TEMPLATE`: ChatML turns, the tool signatures in the system turn,
+calls as ``<tool_call>`` JSON and responses as ``<tool_response>`` blocks in a user
+turn — the format Qwen2.5 was trained on and :mod:`slca.grammar` parses.
+
+Environment tokens (tool responses and template text between policy turns) are the
+difference between two renderings of the conversation, so the policy's own tokens
+are never re-tokenised.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+END_OF_TURN = "<|im_end|>"
+
+HERMES_TEMPLATE = (
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\\n' }}"
+    "{%- if messages[0].role == 'system' %}{{- messages[0].content + '\\n\\n' }}{%- endif %}"
+    "{{- '# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}{%- endfor %}"
+    "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name "
+    "and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n"
+    '{"name": <function-name>, "arguments": <args-json-object>}\\n</tool_call>'
+    "<|im_end|>\\n' }}"
+    "{%- elif messages[0].role == 'system' %}"
+    "{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message.role == 'user' or message.role == 'assistant' %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- elif message.role == 'tool' %}"
+    "{%- if loop.index0 == 0 or messages[loop.index0 - 1].role != 'tool' %}"
+    "{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\\n<tool_response>\\n' + message.content + '\\n</tool_response>' }}"
+    "{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}"
+    "{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+"""ChatML with Hermes-style tool calling (system turn lists the tools)."""
+
+_PROBE_TOOL = {
+    "type": "function",
+    "function": {"name": "probe_tool", "description": "probe", "parameters": {"type": "object"}},
+}
+
+
+def openai_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Task tool specs (flat, with ``response``) as OpenAI ``{"type": "function", …}`` objects."""
+    out = []
+    for tool in tools:
+        function = tool.get("function", tool)
+        out.append(
+            {
+                "type": "function",
+                "function": {
+                    "name": function["name"],
+                    "description": function.get("description", ""),
+                    "parameters": function.get("parameters", {"type": "object"}),
+                },
+            }
+        )
+    return out
+
+
+def ensure_tool_template(tokenizer: Any) -> bool:
+    """Give ``tokenizer`` the Hermes template if its own ignores ``tools=``.
+
+    Returns True when the template was replaced.
+    """
+    messages = [{"role": "user", "content": "hi"}]
+    template = getattr(tokenizer, "chat_template", None)
+    if template:
+        with_tools = tokenizer.apply_chat_template(messages, tools=[_PROBE_TOOL], tokenize=False)
+        if "probe_tool" in with_tools:
+            return False
+    tokenizer.chat_template = HERMES_TEMPLATE
+    return True
+
+
+class ChatRenderer:
+    """Renders one task's conversation to token ids, turn by turn.
+
+    ``tools`` are the task's tool specs; ``end_of_turn`` is the text of the token
+    that ends an assistant turn (the stop token the policy samples).
+    """
+
+    def __init__(
+        self, tokenizer: Any, tools: Sequence[Mapping[str, Any]], end_of_turn: str = END_OF_TURN
+    ):
+        self.tokenizer = tokenizer
+        self.tools = openai_tools(tools) or None
+        self.end_of_turn = end_of_turn
+
+    def render(self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(
+            list(messages),
+            tools=self.tools,
+            tokenize=False,
+            add_generation_prompt=add_generation_prompt,
+        )
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def prompt_ids(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
+        return self.encode(self.render(messages, add_generation_prompt=True))
+
+    def environment_ids(
+        self,
+        history: Sequence[Mapping[str, Any]],
+        assistant_text: str,
+        tool_messages: Sequence[Mapping[str, Any]],
+    ) -> list[int]:
+        """Tokens between an assistant turn's end token and the next generation prompt.
+
+        ``history`` is the conversation before the assistant turn; the turn's own
+        tokens (ending with the end-of-turn token) are already in the trajectory.
+        """
+        assistant = {"role": "assistant", "content": assistant_text}
+        before = self.render([*history, assistant], add_generation_prompt=False)
+        after = self.render([*history, assistant, *tool_messages], add_generation_prompt=True)
+        if not after.startswith(before):
+            raise ValueError(
+                "the chat template does not render the conversation as a "
+                "growing prefix; cannot append tool responses"
+            )
+        end = before.rfind(self.end_of_turn)
+        if end < 0:
+            raise ValueError(
+                f"the chat template never writes {self.end_of_turn!r} after an assistant turn"
+            )
+        return self.encode(before[end + len(self.end_of_turn) :] + after[len(before) :])
+
+
+def tool_message(name: str, response: Any) -> dict[str, Any]:
+    """The chat message that carries one simulator response back to the policy."""
+    content = response if isinstance(response, str) else json.dumps(response, ensure_ascii=False)
+    return {"role": "tool", "name": name, "content": content}

@@ -1,0 +1,162 @@
+"""Generation engines: one output type for transformers (CPU/GPU) and vLLM (GPU).
+
+An engine continues token-id prompts by one assistant turn each and returns the
+sampled token ids with their log-probabilities. Log-probabilities are
+``log_softmax(logits / temperature)`` of the sampled token (temperature 1 when
+greedy) — the quantity the trainer recomputes for the PPO ratio; top-p truncation
+is not reflected, as in verl.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_new_tokens: int = 256
+    """Tokens one turn may add."""
+    temperature: float = 1.0
+    """0 samples greedily."""
+    top_p: float = 1.0
+    seed: int = 0
+    """Same prompts, params and seed → same tokens (on the same hardware)."""
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One continuation: ``token_ids`` ends with a stop token iff ``stopped``."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    stopped: bool
+
+
+class Engine(Protocol):
+    name: str
+
+    def generate(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams
+    ) -> list[Generation]: ...
+
+    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+        """Take the trainer's new weights before the next rollouts."""
+        ...
+
+
+class HFEngine:
+    """transformers ``generate``: batched, left-padded, KV-cached; CPU or GPU."""
+
+    name = "hf"
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        batch_size: int = 16,
+        stop_token_ids: Sequence[int] | None = None,
+    ):
+        if tokenizer.pad_token_id is None:
+            raise ValueError("the tokenizer has no pad token; set tokenizer.pad_token")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        stops = stop_token_ids if stop_token_ids is not None else [tokenizer.eos_token_id]
+        self.stop_token_ids = sorted({int(t) for t in stops if t is not None})
+        if not self.stop_token_ids:
+            raise ValueError("no stop token: give stop_token_ids or a tokenizer with eos")
+
+    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+        self.model.load_state_dict(state_dict)
+
+    @torch.no_grad()
+    def generate(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams
+    ) -> list[Generation]:
+        from transformers import GenerationConfig
+
+        greedy = params.temperature <= 0
+        config = GenerationConfig(
+            do_sample=not greedy,
+            temperature=None if greedy else params.temperature,
+            top_p=None if greedy else params.top_p,
+            top_k=None,
+            max_new_tokens=params.max_new_tokens,
+            eos_token_id=self.stop_token_ids,
+            pad_token_id=self.tokenizer.pad_token_id,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
+        temperature = 1.0 if greedy else params.temperature
+        device = next(self.model.parameters()).device
+        was_training = self.model.training
+        self.model.eval()
+        out: list[Generation] = []
+        try:
+            for start in range(0, len(prompts), self.batch_size):
+                chunk = prompts[start : start + self.batch_size]
+                out.extend(
+                    self._generate_chunk(chunk, config, temperature, params.seed + start, device)
+                )
+        finally:
+            self.model.train(was_training)
+        return out
+
+    def _generate_chunk(self, chunk, config, temperature, seed, device) -> list[Generation]:
+        width = max(len(p) for p in chunk)
+        pad = self.tokenizer.pad_token_id
+        input_ids = torch.full((len(chunk), width), pad, dtype=torch.long)
+        attention = torch.zeros((len(chunk), width), dtype=torch.long)
+        for row, prompt in enumerate(chunk):  # left padding: every prompt ends at `width`
+            input_ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+            attention[row, width - len(prompt) :] = 1
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            torch.manual_seed(seed)
+            result = self.model.generate(
+                input_ids=input_ids.to(device),
+                attention_mask=attention.to(device),
+                generation_config=config,
+            )
+        new_tokens = result.sequences[:, width:].cpu()
+        logprobs = (
+            torch.stack(
+                [
+                    torch.log_softmax(step.float() / temperature, dim=-1)
+                    .gather(1, new_tokens[:, t : t + 1])
+                    .squeeze(1)
+                    .cpu()
+                    for t, step in enumerate(result.logits)
+                ],
+                dim=1,
+            )
+            if result.logits
+            else torch.zeros(len(chunk), 0)
+        )
+        generations = []
+        stops = set(self.stop_token_ids)
+        for row in range(len(chunk)):
+            ids = new_tokens[row].tolist()
+            end = next((i + 1 for i, t in enumerate(ids) if t in stops), None)
+            keep = end if end is not None else len(ids)
+            generations.append(
+                Generation(ids[:keep], logprobs[row, :keep].tolist(), stopped=end is not None)
+            )
+        return generations
+
+
+def sequence_logprobs(
+    model: Any,
+    token_ids: Sequence[int],
+    temperature: float = 1.0,
+) -> torch.Tensor:
+    """Log-probability of every token given the ones before it (first token: 0). ``(T,)``."""
+    ids = torch.tensor([list(token_ids)], device=next(model.parameters()).device)
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, :-1].float() / temperature
+    picked = torch.log_softmax(logits, dim=-1).gather(1, ids[0, 1:, None]).squeeze(1)
+    return torch.cat([picked.new_zeros(1), picked]).cpu()

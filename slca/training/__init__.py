@@ -1,0 +1,1 @@
+"""Training: base models, SFT warm start, the RL cycle (DESIGN §2, §7, §8)."""

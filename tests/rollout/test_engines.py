@@ -1,0 +1,58 @@
+import pytest
+import torch
+
+from slca.rollout.engines import HFEngine, SamplingParams, sequence_logprobs
+from slca.training.tiny import tiny_model
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    return tiny_model(tokenizer, seed=2)
+
+
+def prompts(tokenizer):
+    return [tokenizer.encode(t) for t in ("Weather in Rome?", "Hi", "Book a flight to Oslo now")]
+
+
+def test_generations_stop_at_a_stop_token_or_the_token_budget(model, tokenizer):
+    every_token = range(len(tokenizer))
+    stopping = HFEngine(model, tokenizer, stop_token_ids=every_token)
+    for g in stopping.generate(prompts(tokenizer), SamplingParams(max_new_tokens=5)):
+        assert g.stopped and len(g.token_ids) == len(g.logprobs) == 1
+    never = HFEngine(model, tokenizer, stop_token_ids=[len(tokenizer) + 10])
+    for g in never.generate(prompts(tokenizer), SamplingParams(max_new_tokens=7)):
+        assert not g.stopped and len(g.token_ids) == 7
+
+
+def test_sampling_is_reproducible_by_seed_and_logprobs_match_the_model(model, tokenizer):
+    engine = HFEngine(model, tokenizer, batch_size=2)  # two chunks: seeds per chunk
+    params = SamplingParams(max_new_tokens=12, temperature=0.8, seed=5)
+    first = engine.generate(prompts(tokenizer), params)
+    assert first == engine.generate(prompts(tokenizer), params)
+    other = engine.generate(
+        prompts(tokenizer), SamplingParams(max_new_tokens=12, temperature=0.8, seed=6)
+    )
+    assert [g.token_ids for g in other] != [g.token_ids for g in first]
+    for prompt, g in zip(prompts(tokenizer), first):
+        recomputed = sequence_logprobs(model, prompt + g.token_ids, temperature=0.8)
+        torch.testing.assert_close(
+            recomputed[len(prompt) :], torch.tensor(g.logprobs), atol=1e-4, rtol=1e-4
+        )
+
+
+def test_greedy_picks_the_argmax(model, tokenizer):
+    (g,) = HFEngine(model, tokenizer).generate(
+        prompts(tokenizer)[:1], SamplingParams(max_new_tokens=1, temperature=0)
+    )
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([prompts(tokenizer)[0]])).logits[0, -1]
+    assert g.token_ids == [int(logits.argmax())]
+
+
+def test_engine_needs_a_pad_token(model, tokenizer):
+    class NoPad:
+        pad_token_id = None
+        eos_token_id = 1
+
+    with pytest.raises(ValueError, match="no pad token"):
+        HFEngine(model, NoPad())
