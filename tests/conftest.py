@@ -13,3 +13,18 @@ settings.register_profile(
 )
 settings.register_profile("explore", deadline=None, max_examples=2000)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """GPU tests run where CUDA (and the gpu extra) exist and are skipped, visibly, elsewhere."""
+    import importlib.util
+
+    import pytest
+    import torch
+
+    if torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU and the gpu extra (vllm, deepspeed)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
