@@ -18,7 +18,8 @@ import time
 from slca.data import io
 from slca.data.params import SynthParams
 from slca.data.synth import TOOLS, generate
-from slca.simulator import Simulator, canonical_json
+from slca.jsonutil import canonical_json
+from slca.simulator import Simulator
 from slca.simulator.check import build_suite, simulate_gold_calls
 from slca.simulator.schema_backend import Generator
 

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from slca.data.record import SPLITS, TaskRecord
+from slca.jsonutil import canonical_json
 
 JSON_COLUMNS = ("messages", "tools", "gold", "facts", "world")
 SCALAR_COLUMNS = ("id", "source", "domain", "split", "eval_only")
@@ -43,10 +44,6 @@ SCHEMA = pa.schema(
     ]
     + [(c, pa.string()) for c in JSON_COLUMNS]
 )
-
-
-def canonical_json(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def record_to_row(r: TaskRecord) -> dict[str, Any]:

@@ -6,7 +6,6 @@ from slca.simulator.core import (
     Simulator,
     SimulatorLimits,
     SimulatorStats,
-    canonical_json,
     error,
     is_error,
 )
@@ -21,7 +20,6 @@ __all__ = [
     "Simulator",
     "SimulatorLimits",
     "SimulatorStats",
-    "canonical_json",
     "error",
     "is_error",
 ]

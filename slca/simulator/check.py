@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from slca import ge
 from slca.data import io
 from slca.data.record import REFERENCE_RE, TaskRecord
+from slca.jsonutil import MISSING, canonical_json, walk
 from slca.simulator.core import Simulator, is_error
 
 SUITE = "slca_simulator"
@@ -74,21 +75,12 @@ def resolve_references(
         if match is None:
             out[key] = value
             continue
-        node: Any = results.get(match.group("label"), _MISSING)
-        for part in filter(None, match.group("path").split(".")):
-            if isinstance(node, Mapping) and part in node:
-                node = node[part]
-            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-                node = node[int(part)]
-            else:
-                return None
-        if node is _MISSING:
+        parts = [match.group("label"), *filter(None, match.group("path").split("."))]
+        node = walk(results, parts)
+        if node is MISSING:
             return None
         out[key] = node
     return out
-
-
-_MISSING = object()
 
 
 def _absent(cell: Any) -> bool:
@@ -121,13 +113,13 @@ def simulate_gold_calls(records: Iterable[TaskRecord], simulator: Simulator) -> 
                         "record_id": record.id,
                         "source": record.source,
                         "tool": call.name,
-                        "arguments": io.canonical_json(
+                        "arguments": canonical_json(
                             arguments if arguments is not None else call.arguments
                         ),
                         "simulated": arguments is not None,
-                        "response": None if response is None else io.canonical_json(response),
+                        "response": None if response is None else canonical_json(response),
                         "error_code": response["error"]["code"] if is_error(response) else None,
-                        "response_schema": None if schema is None else io.canonical_json(schema),
+                        "response_schema": None if schema is None else canonical_json(schema),
                     }
                 )
     columns = [

@@ -31,6 +31,7 @@ from typing import Any
 import jsonschema_rs
 
 from slca.grammar import json_depth
+from slca.jsonutil import canonical_json
 from slca.simulator.backends import Backend, CallRequest
 from slca.simulator.schema_backend import SchemaBackend, unsupported_keywords
 
@@ -48,13 +49,6 @@ def is_error(response: Any) -> bool:
         and set(response) == {"error"}
         and isinstance(response["error"], dict)
         and "code" in response["error"]
-    )
-
-
-def canonical_json(value: Any) -> str:
-    """Sorted-key compact JSON: the one serialisation used for hashing and caching."""
-    return json.dumps(
-        value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False
     )
 
 

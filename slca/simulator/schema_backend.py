@@ -35,6 +35,7 @@ from typing import Any
 
 from rstr.xeger import Xeger
 
+from slca.jsonutil import MISSING, walk
 from slca.simulator.backends import CallRequest
 
 MAX_DEPTH = 24
@@ -138,7 +139,7 @@ class Generator:
             )
         if "x-world" in schema and self.world:
             found = self._from_world(schema["x-world"])
-            if found is not _MISSING and _plausible(found, schema):
+            if found is not MISSING and _plausible(found, schema):
                 return copy.deepcopy(found)
         if "$ref" in schema:
             target = self._resolve(schema["$ref"], path)
@@ -197,20 +198,12 @@ class Generator:
     def _from_world(self, template: Any) -> Any:
         """The world value at the pointer ``template`` filled from the arguments."""
         if not isinstance(template, str) or not template.startswith("/"):
-            return _MISSING
-        node: Any = self.world
-        for part in template[1:].split("/"):
-            try:
-                part = part.format_map(_Fields(self.arguments))
-            except (KeyError, ValueError, IndexError, AttributeError):
-                return _MISSING  # an argument the template needs is absent
-            if isinstance(node, Mapping) and part in node:
-                node = node[part]
-            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-                node = node[int(part)]
-            else:
-                return _MISSING
-        return node
+            return MISSING
+        try:
+            parts = [p.format_map(_Fields(self.arguments)) for p in template[1:].split("/")]
+        except (KeyError, ValueError, IndexError, AttributeError):
+            return MISSING  # an argument the template needs is absent
+        return walk(self.world, parts)
 
     # ------------------------------------------------------------------ refs
 
@@ -219,15 +212,10 @@ class Generator:
             raise SchemaGenerationError(
                 f"{path}: only local $ref ('#/...') is supported, got {ref!r}"
             )
-        node: Any = self.root
-        for part in [p for p in ref[1:].split("/") if p]:
-            part = part.replace("~1", "/").replace("~0", "~")
-            if isinstance(node, Mapping) and part in node:
-                node = node[part]
-            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-                node = node[int(part)]
-            else:
-                raise SchemaGenerationError(f"{path}: $ref {ref!r} does not resolve")
+        parts = [p.replace("~1", "/").replace("~0", "~") for p in ref[1:].split("/") if p]
+        node = walk(self.root, parts)
+        if node is MISSING:
+            raise SchemaGenerationError(f"{path}: $ref {ref!r} does not resolve")
         return node
 
     def _deref(self, schema: Any, path: str, hops: int = 0) -> Any:
@@ -366,9 +354,6 @@ class Generator:
 
     def _word(self) -> str:
         return self.rng.choice(_WORDS)
-
-
-_MISSING = object()
 
 
 class _Fields(dict):
