@@ -624,7 +624,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError:
         pass
     start = time.perf_counter()
-    with Simulator(ns.backend, seed=ns.seed) as sim:
+    try:
+        simulator = Simulator(ns.backend, seed=ns.seed)
+    except (ImportError, ValueError, TypeError) as exc:
+        ap.error(f"--backend {ns.backend}: {exc}")
+    with simulator as sim:
         pairs = collect(
             sim, tau2_domains=ns.tau2_domains, bfcl_categories=ns.bfcl_categories, limit=ns.limit
         )

@@ -425,3 +425,6 @@ def test_cli_writes_the_report(tmp_path, quiet_tau2, capsys):
     assert table in capsys.readouterr().out
     with pytest.raises(SystemExit):
         fid.main(["--out", str(out), "--tau2-domains", "banking"])
+    with pytest.raises(SystemExit):
+        fid.main(["--out", str(out), "--backend", "oracle"])
+    assert "unknown simulator backend 'oracle'" in capsys.readouterr().err
