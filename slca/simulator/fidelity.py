@@ -335,7 +335,10 @@ def tau2_pairs(
     specs = [t.model_dump() for t in tools]
     names = {t.name for t in tools}
     env_mod = importlib.import_module(f"tau2.domains.{domain}.environment")
-    tasks = env_mod.get_tasks(task_split)
+    try:
+        tasks = env_mod.get_tasks(task_split)
+    except Exception as exc:  # an unknown split; pydantic names a malformed task's field
+        raise FidelityError(f"tau2 {domain}/tasks.json (split {task_split!r}): {exc}") from None
     for task in tasks[:limit]:
         where = f"tau2 {domain}/tasks.json (id {task.id})"
         actions = task.evaluation_criteria.actions if task.evaluation_criteria else None
@@ -343,11 +346,14 @@ def tau2_pairs(
             continue
         env = env_mod.get_environment()
         state = task.initial_state
-        env.set_state(
-            initialization_data=state.initialization_data if state else None,
-            initialization_actions=state.initialization_actions if state else None,
-            message_history=(state.message_history if state else None) or [],
-        )
+        try:
+            env.set_state(
+                initialization_data=state.initialization_data if state else None,
+                initialization_actions=state.initialization_actions if state else None,
+                message_history=(state.message_history if state else None) or [],
+            )
+        except Exception as exc:
+            raise FidelityError(f"{where}: initial_state: {type(exc).__name__}: {exc}") from None
         context = {"task": tau2_source._scenario_text(task.user_scenario.model_dump())}
         for j, action in enumerate(actions):
             real = _tau2_execute(env, action)

@@ -278,6 +278,12 @@ def test_tau2_domain_errors_are_real_errors_the_simulator_never_gives(quiet_tau2
 
 
 @needs_tau2
+def test_tau2_bad_input_names_the_file(quiet_tau2):
+    with pytest.raises(FidelityError, match=r"tau2 airline/tasks.json \(split 'nope'\)"):
+        list(fid.tau2_pairs("airline", Simulator(), task_split="nope"))
+
+
+@needs_tau2
 def test_tau2_user_actions_run_on_the_real_environment_but_are_not_compared(
     quiet_tau2, monkeypatch
 ):
