@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import json
 import math
 import random
 import re
@@ -93,11 +94,15 @@ class SchemaBackend:
             return {"status": "ok"}
         rng = random.Random(f"{request.seed}:{request.attempt}")
         if request.attempt:  # a retry must not repeat a bad echo
-            return Generator(response_schema, rng).value()
-        world = request.context.get("world") or {}
-        hints = {k: v for k, v in world.items() if not isinstance(v, dict | list)}
-        hints.update(request.arguments)
-        return Generator(response_schema, rng, hints, world, request.arguments).value()
+            value = Generator(response_schema, rng).value()
+        else:
+            world = request.context.get("world") or {}
+            hints = {k: v for k, v in world.items() if not isinstance(v, dict | list)}
+            hints.update(request.arguments)
+            value = Generator(response_schema, rng, hints, world, request.arguments).value()
+        # The simulator reads a str proposal as JSON text (what an LLM writes), so a
+        # string-typed response (τ²'s "Transfer successful") goes encoded.
+        return json.dumps(value) if isinstance(value, str) else value
 
 
 class Generator:

@@ -265,3 +265,19 @@ def test_backend_without_response_schema_says_ok():
 def test_contradictory_or_unsupported_schemas_raise_a_named_error(schema, message):
     with pytest.raises(SchemaGenerationError, match=message):
         Generator(schema, random.Random(0)).value()
+
+
+def test_string_typed_responses_reach_the_caller_as_strings():
+    # τ² tools answer plain text ("Transfer successful"); the simulator parses str
+    # proposals as JSON, so the backend must not hand it a bare string.
+    from slca.simulator import Simulator
+
+    tool = {
+        "name": "transfer",
+        "parameters": {"type": "object", "properties": {"summary": {"type": "string"}}},
+        "response": {"type": "string", "minLength": 3},
+    }
+    sim = Simulator()
+    response = sim.call(tool, {"summary": "help"})
+    assert isinstance(response, str) and len(response) >= 3
+    assert sim.stats.failures == 0 and sim.stats.invalid == 0
