@@ -6,6 +6,7 @@ however deep: comparisons give up (as "not equal") past :data:`MAX_DEPTH` levels
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import re
@@ -218,40 +219,54 @@ def resolve_path(value: Any, path: str) -> tuple[bool, Any]:
     return True, current
 
 
-@dataclass(frozen=True)
-class References:
-    """What ``$label.path$`` in the gold may resolve to for one policy call:
-    the successful responses of the policy's own earlier calls to the labelled tool."""
+MAX_REFERENCE_CANDIDATES = 16
+"""A reference is resolved against at most this many latest earlier calls of its tool."""
 
-    label_tools: dict[str, str]
-    earlier: Sequence[PolicyCall]
+
+class References:
+    """What ``$label.path$`` in the gold may resolve to for the calls of one turn:
+    the successful responses of the policy's own calls, of the labelled tool, made in
+    earlier turns (the latest :data:`MAX_REFERENCE_CANDIDATES` of them)."""
+
+    def __init__(self, label_tools: dict[str, str], calls: Sequence[PolicyCall], turn: int):
+        self.label_tools = label_tools
+        self.turn = turn
+        self._by_tool: dict[str, list[PolicyCall]] = {}
+        for call in calls:  # calls come in turn order
+            if call.succeeded:
+                self._by_tool.setdefault(call.name, []).append(call)
+        self._turns = {name: [c.turn for c in cs] for name, cs in self._by_tool.items()}
+        self._cache: dict[tuple[str, int], list[Any]] = {}
+
+    def at(self, turn: int) -> References:
+        """The same index, seen from ``turn``."""
+        view = References.__new__(References)
+        view.__dict__.update(self.__dict__)
+        view.turn = turn
+        return view
 
     def resolve(self, reference: str) -> list[Any]:
+        key = (reference, self.turn)
+        if key in self._cache:
+            return self._cache[key]
         m = REFERENCE_RE.match(reference)
-        if m is None:
-            return []
-        tool = self.label_tools.get(m.group("label"))
+        tool = self.label_tools.get(m.group("label")) if m else None
         values = []
-        for call in self.earlier:
-            if call.name == tool and call.succeeded:
+        if m is not None and tool in self._by_tool:
+            end = bisect.bisect_left(self._turns[tool], self.turn)
+            for call in self._by_tool[tool][max(0, end - MAX_REFERENCE_CANDIDATES) : end]:
                 found, value = resolve_path(call.response, m.group("path").lstrip("."))
                 if found:
                     values.append(value)
+        self._cache[key] = values
         return values
 
 
-NO_REFERENCES = References({}, ())
+NO_REFERENCES = References({}, (), 0)
 
 
 def label_tools(task: TaskRecord) -> dict[str, str]:
     return {c.label: c.name for step in task.gold for c in step if c.label}
-
-
-def references_for(call: PolicyCall, calls: Sequence[PolicyCall], labels: dict[str, str]):
-    """References available to ``call``: answers to calls of earlier turns."""
-    if not labels:
-        return NO_REFERENCES
-    return References(labels, [c for c in calls if c.turn < call.turn])
 
 
 # ----------------------------------------------------------------- argument scores
@@ -358,8 +373,9 @@ def match_calls(
     best first (ties: earlier gold call, then earlier policy call), each call at most once.
     """
     scored: list[tuple[float, int, int, Pair]] = []
+    index = References(labels, calls, 0) if labels else NO_REFERENCES
     for p in calls:
-        refs = references_for(p, calls, labels)
+        refs = index.at(p.turn) if labels else NO_REFERENCES
         for g in golds:
             if p.name != g.name:
                 continue

@@ -206,6 +206,33 @@ def _rounds_to(stated: _Number, true: float) -> bool:
         return False
 
 
+class _RoundingIndex:
+    """Answers "is this stated number some support number rounded to its decimals?"
+    in O(1): per number of decimals d, the set of round(s·10^d) (both ways at a half)."""
+
+    def __init__(self, numbers: Sequence[float]):
+        self._numbers = sorted({abs(x) for x in numbers if math.isfinite(x)})
+        self._keys: dict[int, set[int]] = {}
+
+    def contains(self, stated: _Number) -> bool:
+        d = stated.decimals
+        if d > 6:
+            return any(_rounds_to(stated, s) for s in self._numbers)
+        keys = self._keys.get(d)
+        if keys is None:
+            keys = self._keys[d] = set()
+            scale = 10.0**d
+            for s in self._numbers:
+                v = s * scale
+                if v < 2**62:
+                    keys.add(math.floor(v + 0.5 + 1e-9))
+                    keys.add(math.ceil(v - 0.5 - 1e-9))
+        v = stated.value * 10.0**d
+        if not v < 2**62:
+            return any(_rounds_to(stated, s) for s in self._numbers[-64:])
+        return round(v) in keys
+
+
 def _states_number(numbers: Sequence[_Number], true: float) -> bool:
     """A fact number is stated when the summary shows it rounded to at least
     min(its decimals, 2) places (0.9134 as 0.91, not as 1)."""
@@ -313,8 +340,9 @@ def grounded_details(item: SummaryInput, config: GroundedConfig) -> GroundedDeta
     support_numbers.extend(n.value for n in numbers_in(support_cf))
 
     unsupported: list[str] = []
+    supported = _RoundingIndex(support_numbers)
     for n in numbers:
-        if not any(_rounds_to(n, s) for s in support_numbers):
+        if not supported.contains(n):
             unsupported.append(f"{n.value:.{n.decimals}f}")
     for m in _WORD.finditer(summary):
         word = m.group()
@@ -373,7 +401,7 @@ Reply with a short justification, then a last line of the form "Rating: N" with 
 
 _RATING_PATTERNS = [
     re.compile(r"rating\s*(?:is|of)?\s*[:=]?\s*[*_\[(\s]*([1-5](?:\.\d+)?)(?![\d.]*\d)", re.I),
-    re.compile(r"(?<![\d.])([1-5](?:\.\d+)?)\s*(?:/|out\s+of)\s*5(?![\d.])", re.I),
+    re.compile(r"(?<![\d.])([1-5](?:\.\d+)?)\s*(?:/|out\s+of)\s*5(?!\.?\d)", re.I),
     re.compile(r"\*\*\s*([1-5](?:\.\d+)?)\s*\*\*"),
     re.compile(r"score\s*[:=]?\s*[*_\s]*([1-5](?:\.\d+)?)(?![\d.]*\d)", re.I),
     re.compile(r"^\W*([1-5](?:\.\d+)?)\W*$"),
@@ -488,6 +516,7 @@ class RewardModelScorer(SummaryScorer):
         self.config = config
         self._model: Any = None
         self._tokenizer: Any = None
+        self._max_length = config.max_length
 
     def _load(self) -> None:
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
@@ -501,6 +530,10 @@ class RewardModelScorer(SummaryScorer):
             model.config.pad_token_id = tokenizer.pad_token_id
         self._model = model.to(self.config.device).eval()
         self._tokenizer = tokenizer
+        # Never feed more tokens than the model has positions for (megabyte summaries).
+        limits = [self.config.max_length, getattr(tokenizer, "model_max_length", None)]
+        limits.append(getattr(model.config, "max_position_embeddings", None))
+        self._max_length = min(n for n in limits if isinstance(n, int) and n > 0)
 
     def render(self, item: SummaryInput) -> str:
         messages = [{"role": m.role, "content": m.content} for m in item.task.messages]
@@ -528,7 +561,7 @@ class RewardModelScorer(SummaryScorer):
                 return_tensors="pt",
                 padding=True,
                 truncation=True,
-                max_length=self.config.max_length,
+                max_length=self._max_length,
             ).to(self.config.device)
             with torch.no_grad():
                 logits = self._model(**batch).logits.float()
