@@ -83,10 +83,15 @@ class GuardConfig(_Strict):
 class GroundedConfig(_Strict):
     """The deterministic ``grounded`` summary scorer."""
 
+    response_values: Literal["fallback", "always"] = "fallback"
+    """When the share of scalar values from successful tool responses stated in the
+    summary counts: only for tasks that list no facts (``fallback``: a good answer
+    states the facts, not every field of a list of flights), or always, mixed with
+    the facts share by the weights below."""
     facts_weight: float = Field(0.7, ge=0)
-    """Weight of the share of the task's fact values stated in the summary."""
+    """With ``response_values: always``: weight of the share of the task's fact values."""
     responses_weight: float = Field(0.3, ge=0)
-    """Weight of the share of scalar values from successful tool responses stated."""
+    """With ``response_values: always``: weight of the share of response values."""
     max_response_values: int = Field(32, ge=1)
     """At most this many scalar values (first in call order) are taken from responses."""
     max_value_chars: int = Field(64, ge=1)

@@ -241,10 +241,23 @@ def _states_number(numbers: Sequence[_Number], true: float) -> bool:
 
 
 def _contains_phrase(text_cf: str, phrase: str) -> bool:
+    """``phrase`` occurs in ``text_cf`` (case-folded) not inside a longer word.
+
+    Plain ``str.find`` with boundary checks: a regex per phrase would be compiled per
+    call once the ``re`` cache (512 patterns) is outgrown by a batch's distinct values.
+    """
     p = phrase.strip().casefold()
     if not p:
         return False
-    return re.search(r"(?<!\w)" + re.escape(p) + r"(?!\w)", text_cf) is not None
+    start = text_cf.find(p)
+    while start >= 0:
+        end = start + len(p)
+        before_ok = start == 0 or not (text_cf[start - 1].isalnum() or text_cf[start - 1] == "_")
+        after_ok = end == len(text_cf) or not (text_cf[end].isalnum() or text_cf[end] == "_")
+        if before_ok and after_ok:
+            return True
+        start = text_cf.find(p, start + 1)
+    return False
 
 
 @dataclass(frozen=True)
@@ -321,10 +334,13 @@ def grounded_details(item: SummaryInput, config: GroundedConfig) -> GroundedDeta
                 response_values.append(v)
     facts = _share_stated(fact_values, numbers, summary_cf) if fact_values else None
     responses = _share_stated(response_values, numbers, summary_cf) if response_values else None
-    parts = [(config.facts_weight, facts), (config.responses_weight, responses)]
-    present = [(w, s) for w, s in parts if s is not None and w > 0]
-    weight = sum(w for w, _ in present)
-    coverage = sum(w * s for w, s in present) / weight if present else 1.0
+    if config.response_values == "fallback" and facts is not None:
+        coverage = facts
+    else:
+        parts = [(config.facts_weight, facts), (config.responses_weight, responses)]
+        present = [(w, s) for w, s in parts if s is not None and w > 0]
+        weight = sum(w for w, _ in present)
+        coverage = sum(w * s for w, s in present) / weight if present else 1.0
 
     # support: everything the summary may legitimately mention
     support_texts = [m.content for m in item.task.messages]

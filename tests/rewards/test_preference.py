@@ -21,9 +21,12 @@ APPROX = pytest.approx
 WEATHER = {"temperature": 21, "condition": "sunny"}
 
 
-def _grounded(b, summary, *, facts=None, responses=(WEATHER,), prompt="How warm is Paris?"):
+def _grounded(
+    b, summary, *, facts=None, responses=(WEATHER,), prompt="How warm is Paris?", **config
+):
     task = b.task([[b.call("get_weather", city="Paris")]], facts=facts, prompt=prompt)
-    return grounded_details(SummaryInput(summary, task, tuple(responses)), GroundedConfig())
+    item = SummaryInput(summary, task, tuple(responses))
+    return grounded_details(item, GroundedConfig(**config))
 
 
 FACTS = {"Paris.temperature": 21}
@@ -42,11 +45,15 @@ def test_registry():
 
 
 # ---------------------------------------------------------------- grounded
-def test_grounded_facts_and_response_values(b):
+def test_grounded_facts_first_response_values_as_fallback(b):
     d = _grounded(b, "It is 21°C in Paris right now.", facts=FACTS)
     assert (d.facts, d.responses) == (1.0, 0.5)  # 21 stated, 'sunny' not
-    assert d.coverage == APPROX(0.7 * 1.0 + 0.3 * 0.5) and d.score == APPROX(0.85)
+    assert d.coverage == 1.0 and d.score == 1.0  # the facts are what the task asks for
     assert d.unsupported == () and d.length_ok
+    d = _grounded(b, "It is 21°C in Paris right now.", facts=FACTS, response_values="always")
+    assert d.coverage == APPROX(0.7 * 1.0 + 0.3 * 0.5) and d.score == APPROX(0.85)
+    d = _grounded(b, "It is 21°C in Paris right now.")  # no facts: response values count
+    assert (d.facts, d.responses, d.score) == (None, 0.5, 0.5)
 
 
 def test_grounded_complete_answer_scores_one(b):
@@ -60,9 +67,10 @@ def test_grounded_unsupported_number(b):
 
 
 def test_grounded_wrong_number_is_missed_and_unsupported(b):
-    d = _grounded(b, "It is sunny and 25°C in Paris.", facts=FACTS)
+    d = _grounded(b, "It is sunny and 25°C in Paris.", facts=FACTS, response_values="always")
     assert d.facts == 0 and d.responses == 0.5 and d.unsupported == ("25",)
     assert d.score == APPROX(0.3 * 0.5 - 0.1)
+    assert _grounded(b, "It is sunny and 25°C in Paris.", facts=FACTS).score == 0
 
 
 def test_grounded_unsupported_entity(b):
@@ -78,7 +86,7 @@ def test_grounded_unsupported_penalty_is_capped(b):
 
 def test_grounded_length_bounds(b):
     d = _grounded(b, "21.", facts=FACTS)
-    assert not d.length_ok and d.score == APPROX(0.85 - 0.2)
+    assert not d.length_ok and d.score == APPROX(1 - 0.2)
     long = "It is 21 and sunny in Paris. " + "word " * 300
     assert _grounded(b, long, facts=FACTS).score == APPROX(0.8)
 
