@@ -186,3 +186,12 @@ def test_score_never_raises_and_parts_stay_in_range(b, turns, responses, mode, n
     _check(r, config)
     if r.guard_applied:
         assert r.tool == 0 and r.per_call == tuple(0.0 for _ in r.per_call)
+
+
+def test_megabyte_summary_on_a_no_call_task_is_read_in_bounded_time(b):
+    task = b.task([], prompt="What does humidity measure?")
+    text = "Humidity is 42 percent of Foo. " * 70_000  # ~2 MB
+    r = score(b.rollout([text]), task)
+    _check(r)
+    # nothing to cover (1), unsupported capped (-0.5), out of length bounds (-0.2)
+    assert not r.guard_applied and r.summary == pytest.approx(0.3)
