@@ -237,3 +237,17 @@ def batch_metrics(breakdowns: Sequence[RewardBreakdown]) -> dict[str, float]:
         "rollout/tool_calls_per_task": mean("n_calls"),
         "rollout/redundant_calls": mean("redundant_calls"),
     }
+
+
+def per_block_rewards(rollout: Rollout, breakdown: RewardBreakdown) -> list[float]:
+    """One execution reward per ``<tool_call>`` block of the trajectory, in order.
+
+    The per-call credit unit is the block (``Rollout.call_index`` labels blocks): a
+    block's reward is the mean of its calls' ``per_call`` rewards; a block that ran
+    no call (malformed, or in a turn cut off before execution) gets 0.
+    """
+    n_blocks = sum(len(turn.parsed.blocks) for turn in rollout.turns)
+    by_block: dict[int, list[float]] = {}
+    for call, reward in zip(executed_in_order(rollout.calls), breakdown.per_call, strict=True):
+        by_block.setdefault(call.block, []).append(reward)
+    return [sum(by_block[b]) / len(by_block[b]) if b in by_block else 0.0 for b in range(n_blocks)]

@@ -228,3 +228,33 @@ def test_progress_reports_finished_rollouts(tasks, tokenizer):
         progress=seen.append,
     )
     assert sum(seen) == 6 and list(itertools.accumulate(seen))[-1] == 6
+
+
+def test_loop_rollouts_score_through_the_reward_layer(tasks, tokenizer):
+    from slca.rewards.score import per_block_rewards, score_batch
+
+    task = weather_task(tasks)
+    city = task.gold[0][0].arguments["city"]
+    temperature = task.facts[f"{city}.temperature"]
+    condition = task.facts[f"{city}.condition"]
+    good = [
+        "Checking.\n" + call_text("get_weather", city=city),
+        f"It is {temperature} degrees and {condition} in {city}.",
+    ]
+    wrong = [
+        "<tool_call>{bad json</tool_call>\n" + call_text("get_weather", city="Atlantis"),
+        f"It is {temperature} degrees and {condition} in {city}.",
+    ]
+    (r_good,), _ = run([task], tokenizer, good)
+    (r_wrong,), _ = run([task], tokenizer, wrong)
+    s_good, s_wrong = score_batch([r_good, r_wrong], [task, task])
+    assert s_good.tool == 1.0 and s_good.summary == 1.0
+    # HierR: 0.10·format(1 of 2 blocks) + 0.25·name + 0.15·key + 0.20·value(wrong city)
+    # + 0.30·parallel (one call in the first step, as gold).
+    assert s_wrong.tool == pytest.approx(0.10 * 0.5 + 0.25 + 0.15 + 0.0 + 0.30)
+    assert per_block_rewards(r_good, s_good) == [1.0]
+    bad_block, wrong_city = per_block_rewards(r_wrong, s_wrong)
+    assert bad_block == 0.0 and 0.0 < wrong_city < 1.0  # right tool, wrong city
+    # Block indices in the token labels are the ones the rewards are listed by.
+    first = r_wrong.turns[0]
+    assert set(r_wrong.call_index[first.token_start : first.token_end]) == {0, 1}
