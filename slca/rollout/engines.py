@@ -9,7 +9,7 @@ is not reflected, as in verl.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -160,3 +160,29 @@ def sequence_logprobs(
         logits = model(input_ids=ids).logits[0, :-1].float() / temperature
     picked = torch.log_softmax(logits, dim=-1).gather(1, ids[0, 1:, None]).squeeze(1)
     return torch.cat([picked.new_zeros(1), picked]).cpu()
+
+
+def text_generator(
+    engine: Engine,
+    tokenizer: Any,
+    params: SamplingParams,
+) -> Callable[[list[str]], list[str]]:
+    """``generate(prompts) -> replies`` over an engine: each prompt is one user turn
+    rendered with the tokenizer's chat template; replies are decoded without the stop
+    token. This is how the LLM judge and other text-in/text-out users run on the
+    same engines as the policy."""
+
+    def generate(prompts: list[str]) -> list[str]:
+        ids = [
+            tokenizer.apply_chat_template(
+                [{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True
+            )
+            for p in prompts
+        ]
+        encoded = [tokenizer.encode(text, add_special_tokens=False) for text in ids]
+        return [
+            tokenizer.decode(g.token_ids, skip_special_tokens=True)
+            for g in engine.generate(encoded, params)
+        ]
+
+    return generate

@@ -56,3 +56,25 @@ def test_engine_needs_a_pad_token(model, tokenizer):
 
     with pytest.raises(ValueError, match="no pad token"):
         HFEngine(model, NoPad())
+
+
+def test_the_judge_runs_on_a_real_engine_and_counts_unparseable_ratings(model, tokenizer, tasks):
+    from slca.rewards.preference import JudgeScorer, SummaryInput
+    from slca.rollout.engines import text_generator
+
+    replies = []
+
+    def generate(prompts):
+        out = text_generator(
+            HFEngine(model, tokenizer), tokenizer, SamplingParams(max_new_tokens=6, seed=1)
+        )(prompts)
+        replies.extend(out)
+        return out
+
+    judge = JudgeScorer(generate=generate)
+    items = [SummaryInput("It is 20 degrees.", tasks[0])] * 3
+    scores = judge.score_batch(items)
+    assert len(replies) == 3 and all(isinstance(r, str) for r in replies)
+    assert "<|im_end|>" not in "".join(replies)
+    # A random tiny model cannot rate: every reply falls back to the configured score.
+    assert scores == [judge.config.failure_score] * 3 and judge.failures == 3
