@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from slca.advantages import TOOL, available_estimators
 from slca.losses import Aggregation
+from slca.rewards.config import RewardConfig
 from slca.segments import DEFAULT_ROUTING, validate_routing
 
 
@@ -154,3 +155,73 @@ def _describe(path: Path, section: str, exc: ValidationError) -> str:
         key = ".".join([section, *(str(p) for p in error["loc"])])
         lines.append(f"{path}: {key}: {error['msg']}")
     return "\n".join(lines)
+
+
+class RolloutConfig(StrictModel):
+    """How rollouts are sampled each step."""
+
+    tasks_per_step: int = Field(4, ge=1)
+    """Prompts (groups) per step."""
+    group_size: int = Field(4, ge=2)
+    """Rollouts per prompt (G); group-relative advantages need at least 2."""
+    max_new_tokens: int = Field(96, ge=1)
+    """Tokens one policy turn may add."""
+    max_turns: int = Field(3, ge=1)
+    """Policy turns per rollout."""
+    max_total_tokens: int = Field(2048, ge=16)
+    """Prompt + turns + tool responses."""
+    temperature: float = Field(1.0, gt=0)
+    """Sampling temperature (RL needs sampling: > 0)."""
+    top_p: float = Field(1.0, gt=0, le=1)
+    """Nucleus sampling mass."""
+    engine: Literal["hf", "vllm"] = "hf"
+    """Generation engine: transformers (CPU/GPU) or vLLM (GPU)."""
+    generation_batch_size: int = Field(32, ge=1)
+    """Prompts per transformers ``generate`` call."""
+
+
+class UpdateConfig(StrictModel):
+    """How the policy is updated from one step's rollouts."""
+
+    epochs: int = Field(1, ge=1)
+    """Passes over the step's rollouts (μ in the GRPO paper)."""
+    minibatches: int = Field(1, ge=1)
+    """Optimizer steps per epoch; the step's rollouts are split evenly."""
+    micro_batch_size: int = Field(8, ge=1)
+    """Rollouts per forward/backward; lower it when memory runs out."""
+    recompute_old_logprobs: bool = True
+    """Recompute the sampling policy's log-probs with the trained model (as verl does)
+    instead of trusting the engine's (vLLM kernels differ slightly from training)."""
+
+
+class TrainConfig(StrictModel):
+    """The RL cycle: rollout → score → advantages → update, ``steps`` times."""
+
+    seed: int = 0
+    """Seeds task order, sampling and minibatch shuffling."""
+    steps: int = Field(20, ge=1)
+    """RL steps to run."""
+    checkpoint_every: int = Field(5, ge=1)
+    """Steps between checkpoints (the last step always checkpoints)."""
+    histogram_every: int = Field(5, ge=1)
+    """Steps between segment-advantage histograms and the gradient-cosine probe."""
+    max_bad_steps: int = Field(3, ge=1)
+    """Consecutive non-finite losses that stop the run (each one is skipped)."""
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    """Segments, estimator and loss."""
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    """Sampling."""
+    update: UpdateConfig = Field(default_factory=UpdateConfig)
+    """Minibatching."""
+    rewards: RewardConfig = Field(default_factory=RewardConfig)
+    """HierR and the summary scorer."""
+
+    @model_validator(mode="after")
+    def _batches_divide(self) -> TrainConfig:
+        rollouts = self.rollout.tasks_per_step * self.rollout.group_size
+        if rollouts % self.update.minibatches:
+            raise ValueError(
+                f"update.minibatches={self.update.minibatches} must divide the "
+                f"{rollouts} rollouts of a step (tasks_per_step × group_size)"
+            )
+        return self

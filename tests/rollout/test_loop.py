@@ -3,43 +3,13 @@ import json
 
 import pytest
 import torch
+from helpers import ScriptedEngine
 
-from slca.rollout.engines import Generation, HFEngine, SamplingParams, sequence_logprobs
+from slca.rollout.engines import HFEngine, SamplingParams, sequence_logprobs
 from slca.rollout.loop import RolloutLimits, run_rollouts
 from slca.segments import ENV, KIND_CODE
 from slca.simulator import Simulator
 from slca.training.tiny import tiny_model
-
-
-class ScriptedEngine:
-    """Answers turn n of every rollout with ``script[n]`` (text + end-of-turn)."""
-
-    name = "scripted"
-
-    def __init__(self, tokenizer, script, stop=True):
-        self.tokenizer, self.script, self.stop = tokenizer, script, stop
-        self.prompts = []
-
-    def generate(self, prompts, params):
-        self.prompts.extend(prompts)
-        start = self.tokenizer.convert_tokens_to_ids("<|im_start|>")
-        out = []
-        for prompt in prompts:
-            turn = self.tokenizer.decode(prompt).count("<|im_start|>assistant") - 1
-            text = self.script[min(turn, len(self.script) - 1)]
-            ids = self.tokenizer.encode(text, add_special_tokens=False)[: params.max_new_tokens]
-            if self.stop and len(ids) < params.max_new_tokens:
-                ids.append(self.tokenizer.eos_token_id)
-            assert start not in ids
-            out.append(
-                Generation(
-                    ids, [-0.5] * len(ids), stopped=ids[-1:] == [self.tokenizer.eos_token_id]
-                )
-            )
-        return out
-
-    def load_weights(self, state_dict):
-        pass
 
 
 def weather_task(tasks):

@@ -1,0 +1,422 @@
+"""The RL cycle: sample tasks → G rollouts each → score → advantages → update.
+
+The trainer orchestrates; the algorithms live elsewhere and are reached by name
+or by one call each: rollouts (:func:`slca.rollout.loop.run_rollouts`), rewards
+(:func:`slca.rewards.score.score_batch`), advantages (the registry,
+:func:`slca.advantages.compute_advantages` — the only dispatch path), loss
+(:func:`slca.losses.policy_loss`), optimisation (an update engine: plain torch or
+DeepSpeed) and tracking (an optional tracker; MLflow in :mod:`slca.tracking`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor
+
+from slca.advantages import compute_advantages
+from slca.config import TrainConfig
+from slca.data.record import TaskRecord
+from slca.losses import policy_loss
+from slca.rewards.score import per_block_rewards, score_batch
+from slca.rollout.engines import Engine, SamplingParams
+from slca.rollout.loop import RolloutLimits, run_rollouts
+from slca.segments import head_masks
+from slca.simulator import Simulator
+from slca.training.batch import Batch, collate, token_logprobs
+
+STATE_FILE = "trainer_state.json"
+
+
+class UpdateEngine(Protocol):
+    model: torch.nn.Module
+
+    def backward(self, loss: Tensor) -> None: ...
+    def step(self) -> float: ...
+    def zero_grad(self) -> None: ...
+    def save(self, directory: Path) -> None: ...
+    def load(self, directory: Path) -> None: ...
+    def state_dict_for_rollout(self) -> dict[str, Tensor]: ...
+
+
+class Tracker(Protocol):
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None: ...
+    def log_histograms(self, step: int, values: dict[str, Any]) -> None: ...
+    def log_checkpoint(self, path: Path, step: int) -> None: ...
+
+
+class TrainingDiverged(RuntimeError):
+    """Too many consecutive non-finite losses; the last good checkpoint is intact."""
+
+
+@dataclass
+class TrainerState:
+    step: int = 0
+    """Steps completed."""
+    tasks_drawn: int = 0
+    """The data cursor: tasks taken so far (epochs reshuffle by seed)."""
+    bad_steps: int = 0
+    """Consecutive optimizer steps skipped for a non-finite loss."""
+    skipped_steps: int = 0
+    """All optimizer steps skipped so far."""
+
+
+class TaskSampler:
+    """Tasks in a seeded order, reshuffled every epoch; resumable from a cursor."""
+
+    def __init__(self, tasks: Sequence[TaskRecord], seed: int):
+        if not tasks:
+            raise ValueError("no training tasks")
+        self.tasks, self.seed = list(tasks), seed
+
+    def take(self, cursor: int, n: int) -> list[TaskRecord]:
+        out = []
+        for position in range(cursor, cursor + n):
+            epoch, index = divmod(position, len(self.tasks))
+            order = list(range(len(self.tasks)))
+            random.Random(f"{self.seed}:{epoch}").shuffle(order)
+            out.append(self.tasks[order[index]])
+        return out
+
+
+class Trainer:
+    """Runs :class:`TrainConfig` steps; see the module docstring for who does what."""
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        *,
+        tasks: Sequence[TaskRecord],
+        tokenizer: Any,
+        update: UpdateEngine,
+        rollout_engine: Engine,
+        simulator: Simulator,
+        checkpoint_dir: str | Path,
+        reference: torch.nn.Module | None = None,
+        tracker: Tracker | None = None,
+        summary_scorer: Any = None,
+        progress: Any = None,
+    ):
+        algorithm = config.algorithm
+        if algorithm.loss.kl_coef > 0 and reference is None:
+            raise ValueError("algorithm.loss.kl_coef > 0 needs a frozen reference model")
+        self.config, self.tokenizer, self.update = config, tokenizer, update
+        self.rollout_engine, self.simulator, self.reference = rollout_engine, simulator, reference
+        self.tracker, self.summary_scorer, self.progress = tracker, summary_scorer, progress
+        self.sampler = TaskSampler(tasks, config.seed)
+        self.tasks_by_id = {t.id: t for t in tasks}
+        self.checkpoint_dir = Path(checkpoint_dir)
+        self.state = TrainerState()
+
+    # ------------------------------------------------------------------ run
+
+    def run(self, *, resume: bool = False) -> TrainerState:
+        if resume:
+            self.restore()
+        while self.state.step < self.config.steps:
+            metrics = self.train_step()
+            if self.tracker is not None:
+                self.tracker.log_metrics(metrics, step=self.state.step)
+            if self.progress is not None:
+                self.progress(self.state.step, metrics)
+            last = self.state.step == self.config.steps
+            if last or self.state.step % self.config.checkpoint_every == 0:
+                self.checkpoint()
+        return self.state
+
+    def train_step(self) -> dict[str, float]:
+        cfg, algorithm = self.config, self.config.algorithm
+        started = time.perf_counter()
+        step = self.state.step + 1
+        tasks = self.sampler.take(self.state.tasks_drawn, cfg.rollout.tasks_per_step)
+        self._sync_rollout_weights()
+        self.simulator.stats.reset()
+        rollouts = run_rollouts(
+            tasks,
+            engine=self.rollout_engine,
+            tokenizer=self.tokenizer,
+            simulator=self.simulator,
+            group_size=cfg.rollout.group_size,
+            sampling=SamplingParams(
+                max_new_tokens=cfg.rollout.max_new_tokens,
+                temperature=cfg.rollout.temperature,
+                top_p=cfg.rollout.top_p,
+                seed=cfg.seed * 100_003 + step,
+            ),
+            limits=RolloutLimits(
+                max_turns=cfg.rollout.max_turns, max_total_tokens=cfg.rollout.max_total_tokens
+            ),
+        )
+        rollout_s = time.perf_counter() - started
+        scores = score_batch(
+            rollouts, self.tasks_by_id, cfg.rewards, summary_scorer=self.summary_scorer
+        )
+        batch = collate(rollouts, self.tokenizer.pad_token_id)
+        masks = head_masks(batch.kind_codes, algorithm.segments.routing)
+        loss_mask = torch.zeros_like(batch.policy_mask)
+        for mask in masks.values():
+            loss_mask |= mask
+        old, ref = self._reference_logprobs(batch)
+        extra = {}
+        if algorithm.advantage.granularity == "per_call":
+            extra = {
+                "call_rewards": _block_reward_matrix(rollouts, scores),
+                "call_index": batch.call_index,
+            }
+        advantages, adv_metrics = compute_advantages(
+            algorithm.advantage.estimator,
+            rewards={
+                "tool": torch.tensor([s.tool for s in scores]),
+                "summary": torch.tensor([s.summary for s in scores]),
+            },
+            head_masks=masks,
+            group_index=batch.group_index,
+            weights=algorithm.advantage.weights,
+            norm_by_std=algorithm.advantage.norm_by_std,
+            eps=algorithm.advantage.eps,
+            **extra,
+        )
+        update_started = time.perf_counter()
+        actor = self._update(batch, old, ref, advantages, loss_mask, step)
+        if step % cfg.histogram_every == 0:
+            actor["actor/grad_cos_tool_sum"] = self._gradient_cosine(batch, old, advantages, masks)
+            if self.tracker is not None:
+                self.tracker.log_histograms(
+                    step, {head: advantages[mask].numpy() for head, mask in masks.items()}
+                )
+        self.state.step = step
+        self.state.tasks_drawn += len(tasks)
+        elapsed = time.perf_counter() - started
+        w = algorithm.advantage.weights
+        metrics = {
+            "reward/tool": _mean(s.tool for s in scores),
+            "reward/sum": _mean(s.summary for s in scores),
+            "reward/total": _mean(
+                w.get("tool", 1.0) * s.tool + w.get("summary", 1.0) * s.summary for s in scores
+            ),
+            **{k: float(v) for k, v in adv_metrics.items()},
+            **actor,
+            "rollout/tool_calls_per_task": _mean(len(r.calls) for r in rollouts),
+            "rollout/redundant_calls": _mean(
+                s.duplicate_calls + s.unneeded_tool_calls + s.no_call_task_calls for s in scores
+            ),
+            "rollout/turns": _mean(len(r.turns) for r in rollouts),
+            "rollout/policy_tokens": float(batch.policy_mask.sum()),
+            "rollout/finished_frac": _mean(r.finish_reason == "stop" for r in rollouts),
+            **self.simulator.stats.as_metrics(),
+            "perf/step_s": elapsed,
+            "perf/rollout_s": rollout_s,
+            "perf/update_s": time.perf_counter() - update_started,
+            "perf/tokens_per_s": batch.n_tokens / elapsed,
+        }
+        return metrics
+
+    # ------------------------------------------------------------------ pieces
+
+    def _sync_rollout_weights(self) -> None:
+        same = getattr(self.rollout_engine, "model", None) is self.update.model
+        if not same:  # a separate engine (vLLM) gets the trainer's weights
+            self.rollout_engine.load_weights(self.update.state_dict_for_rollout())
+
+    @torch.no_grad()
+    def _reference_logprobs(self, batch: Batch) -> tuple[Tensor, Tensor | None]:
+        temperature = self.config.rollout.temperature
+        old = batch.old_logprobs
+        model = self.update.model
+        was_training = model.training
+        model.eval()
+        try:
+            if self.config.update.recompute_old_logprobs:
+                old = self._chunked_logprobs(model, batch, temperature)
+            ref = None
+            if self.reference is not None and self.config.algorithm.loss.kl_coef > 0:
+                ref = self._chunked_logprobs(self.reference, batch, temperature)
+        finally:
+            model.train(was_training)
+        return old, ref
+
+    def _chunked_logprobs(self, model, batch: Batch, temperature: float) -> Tensor:
+        out = torch.zeros_like(batch.old_logprobs)
+        size = self.config.update.micro_batch_size
+        for start in range(0, batch.input_ids.shape[0], size):
+            rows = list(range(start, min(start + size, batch.input_ids.shape[0])))
+            sub = batch.select(rows)
+            logp, _ = token_logprobs(
+                model, sub.input_ids, sub.attention_mask, temperature=temperature
+            )
+            out[rows, : logp.shape[1]] = logp
+        return out
+
+    def _update(
+        self,
+        batch: Batch,
+        old: Tensor,
+        ref: Tensor | None,
+        advantages: Tensor,
+        loss_mask: Tensor,
+        step: int,
+    ) -> dict[str, float]:
+        cfg, loss_cfg = self.config, self.config.algorithm.loss
+        model = self.update.model
+        model.train()
+        n = batch.input_ids.shape[0]
+        per_minibatch = n // cfg.update.minibatches
+        generator = torch.Generator().manual_seed(cfg.seed * 7_919 + step)
+        totals: dict[str, float] = {}
+        weight_sum = 0.0
+        grad_norms = []
+        for _ in range(cfg.update.epochs):
+            order = torch.randperm(n, generator=generator)
+            for m in range(cfg.update.minibatches):
+                rows = order[m * per_minibatch : (m + 1) * per_minibatch]
+                tokens = float(loss_mask[rows].sum())
+                if tokens == 0:
+                    continue
+                self.update.zero_grad()
+                finite = True
+                for start in range(0, len(rows), cfg.update.micro_batch_size):
+                    micro = rows[start : start + cfg.update.micro_batch_size]
+                    sub = batch.select(micro)
+                    width = sub.input_ids.shape[1]
+                    mask = loss_mask[micro, :width]
+                    share = float(mask.sum()) / tokens  # exact token-mean over the minibatch
+                    if share == 0:
+                        continue
+                    logp, entropy = token_logprobs(
+                        model,
+                        sub.input_ids,
+                        sub.attention_mask,
+                        temperature=cfg.rollout.temperature,
+                        with_entropy=True,
+                    )
+                    loss, metrics = policy_loss(
+                        logp,
+                        old[micro, :width],
+                        advantages[micro, :width],
+                        mask,
+                        clip_low=loss_cfg.clip_low,
+                        clip_high=loss_cfg.clip_high,
+                        ref_logp=None if ref is None else ref[micro, :width],
+                        kl_coef=loss_cfg.kl_coef,
+                        aggregation=loss_cfg.aggregation,
+                    )
+                    if not torch.isfinite(loss):
+                        finite = False
+                        break
+                    self.update.backward(loss * share)
+                    metrics["actor/entropy"] = entropy[mask].mean()
+                    for key, value in metrics.items():
+                        totals[key] = totals.get(key, 0.0) + share * float(value)
+                    weight_sum += share
+                if not finite:
+                    self._skip_step()
+                    continue
+                self.state.bad_steps = 0
+                grad_norms.append(float(self.update.step()))
+        out = {k: v / weight_sum for k, v in totals.items()} if weight_sum else {}
+        if grad_norms:
+            out["actor/grad_norm"] = sum(grad_norms) / len(grad_norms)
+        out["actor/skipped_steps"] = float(self.state.skipped_steps)
+        return out
+
+    def _skip_step(self) -> None:
+        self.update.zero_grad()
+        self.state.bad_steps += 1
+        self.state.skipped_steps += 1
+        if self.state.bad_steps >= self.config.max_bad_steps:
+            raise TrainingDiverged(
+                f"{self.state.bad_steps} consecutive non-finite losses at step "
+                f"{self.state.step + 1}; stopping with the last checkpoint in "
+                f"{self.checkpoint_dir} intact"
+            )
+
+    def _gradient_cosine(
+        self, batch: Batch, old: Tensor, advantages: Tensor, masks: dict[str, Tensor]
+    ) -> float:
+        """Cosine between the policy gradients of tool tokens and of summary tokens
+        (the paper's orthogonality probe), on the step's first micro-batch."""
+        if "tool" not in masks or "summary" not in masks:
+            return float("nan")
+        model = self.update.model
+        rows = list(range(min(self.config.update.micro_batch_size, batch.input_ids.shape[0])))
+        sub = batch.select(rows)
+        width = sub.input_ids.shape[1]
+        params = [p for p in model.parameters() if p.requires_grad]
+        grads = []
+        for head in ("tool", "summary"):
+            mask = masks[head][rows, :width]
+            if not mask.any():
+                return float("nan")
+            logp, _ = token_logprobs(
+                model,
+                sub.input_ids,
+                sub.attention_mask,
+                temperature=self.config.rollout.temperature,
+            )
+            loss, _ = policy_loss(logp, old[rows, :width], advantages[rows, :width], mask)
+            grad = torch.autograd.grad(loss, params, allow_unused=True)
+            grads.append(
+                torch.cat(
+                    [
+                        (g if g is not None else torch.zeros_like(p)).flatten()
+                        for g, p in zip(grad, params)
+                    ]
+                )
+            )
+        return float(torch.nn.functional.cosine_similarity(grads[0], grads[1], dim=0))
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def checkpoint(self) -> Path:
+        """Engine state + trainer state under ``step_<k>``, written beside it then renamed."""
+        final = self.checkpoint_dir / f"step_{self.state.step:06d}"
+        tmp = self.checkpoint_dir / f".{final.name}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        self.update.save(tmp / "engine")
+        (tmp / STATE_FILE).write_text(json.dumps(asdict(self.state), indent=2) + "\n")
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        if self.tracker is not None:
+            self.tracker.log_checkpoint(final, self.state.step)
+        return final
+
+    def restore(self) -> bool:
+        """Continue from the newest complete checkpoint; False when there is none."""
+        latest = latest_checkpoint(self.checkpoint_dir)
+        if latest is None:
+            return False
+        self.update.load(latest / "engine")
+        self.state = TrainerState(**json.loads((latest / STATE_FILE).read_text()))
+        return True
+
+
+def latest_checkpoint(directory: str | Path) -> Path | None:
+    """The newest ``step_*`` directory holding a trainer state (temp dirs are ignored)."""
+    candidates = sorted(p for p in Path(directory).glob("step_*") if (p / STATE_FILE).exists())
+    return candidates[-1] if candidates else None
+
+
+def _block_reward_matrix(rollouts, scores) -> Tensor:
+    per_block = [per_block_rewards(r, s) for r, s in zip(rollouts, scores, strict=True)]
+    width = max((len(b) for b in per_block), default=0)
+    out = torch.full((len(per_block), max(width, 1)), math.nan)
+    for i, rewards in enumerate(per_block):
+        out[i, : len(rewards)] = torch.tensor(rewards)
+    return out
+
+
+def _mean(values) -> float:
+    values = [float(v) for v in values]
+    return sum(values) / len(values) if values else 0.0

@@ -1,0 +1,126 @@
+"""SFT warm start: gold trajectories, rendered exactly as rollouts are, loss on policy tokens.
+
+A task's gold steps become assistant turns of ``<tool_call>`` blocks; the simulator
+answers them (with the task's world, so the answers state the facts); a reference
+summary closes the conversation. Tokens are laid out by the same
+:class:`~slca.rollout.chat.ChatRenderer` the rollout loop uses, so SFT and RL see
+the same template, and only the assistant turns (each with its end-of-turn token)
+carry loss.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from slca.data.record import TaskRecord
+from slca.grammar import ToolCall, render_tool_call
+from slca.rollout.chat import END_OF_TURN, ChatRenderer, tool_message
+from slca.simulator import Simulator
+from slca.training.batch import token_logprobs
+
+
+@dataclass(frozen=True)
+class SFTExample:
+    task_id: str
+    token_ids: list[int]
+    loss_mask: list[bool]
+
+
+def reference_summary(task: TaskRecord) -> str:
+    """A plain answer stating every fact of the task (or a polite direct answer)."""
+    if not task.facts:
+        return "Here is a short answer based on general knowledge; no tool was needed."
+    parts = [f"{key.replace('.', ' ')} is {value}" for key, value in task.facts.items()]
+    return "Here is what I found: " + "; ".join(parts) + "."
+
+
+def gold_conversation(
+    task: TaskRecord,
+    simulator: Simulator,
+    summary: Callable[[TaskRecord], str] = reference_summary,
+) -> list[tuple[str, list[dict[str, Any]]]]:
+    """The gold trajectory as (assistant text, tool messages answering it) turns."""
+    tools = [t.model_dump() for t in task.tools]
+    context = {"world": task.world} if task.world else None
+    turns = []
+    for step in task.gold:
+        text = "\n".join(render_tool_call(ToolCall(c.name, c.arguments)) for c in step)
+        messages = [
+            tool_message(
+                c.name,
+                simulator.execute(tools, c.name, c.arguments, context=context, scope=task.id),
+            )
+            for c in step
+        ]
+        turns.append((text, messages))
+    turns.append((summary(task), []))
+    return turns
+
+
+def build_example(
+    task: TaskRecord,
+    tokenizer: Any,
+    simulator: Simulator,
+    summary: Callable[[TaskRecord], str] = reference_summary,
+    end_of_turn: str = END_OF_TURN,
+) -> SFTExample:
+    renderer = ChatRenderer(tokenizer, [t.model_dump() for t in task.tools], end_of_turn)
+    history = [{"role": m.role, "content": m.content} for m in task.messages]
+    ids = renderer.prompt_ids(history)
+    mask = [False] * len(ids)
+    end_id = tokenizer.convert_tokens_to_ids(end_of_turn)
+    for text, messages in gold_conversation(task, simulator, summary):
+        turn = renderer.encode(text) + [end_id]
+        ids += turn
+        mask += [True] * len(turn)
+        if messages:
+            env = renderer.environment_ids(history, text, messages)
+            ids += env
+            mask += [False] * len(env)
+            history = [*history, {"role": "assistant", "content": text}, *messages]
+    return SFTExample(task.id, ids, mask)
+
+
+def sft(
+    update: Any,
+    examples: Sequence[SFTExample],
+    *,
+    epochs: int,
+    micro_batch_size: int,
+    pad_id: int,
+    seed: int = 0,
+    progress: Callable[[int, float], None] | None = None,
+) -> list[float]:
+    """Cross-entropy on assistant tokens (token-mean per micro-batch), one optimizer step
+    per micro-batch. Returns the loss of every step."""
+    model = update.model
+    model.train()
+    order = list(range(len(examples)))
+    losses = []
+    for epoch in range(epochs):
+        random.Random(f"{seed}:{epoch}").shuffle(order)
+        for start in range(0, len(order), micro_batch_size):
+            chunk = [examples[i] for i in order[start : start + micro_batch_size]]
+            width = max(len(e.token_ids) for e in chunk)
+            ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
+            attention = torch.zeros((len(chunk), width), dtype=torch.bool)
+            mask = torch.zeros((len(chunk), width), dtype=torch.bool)
+            for row, example in enumerate(chunk):
+                n = len(example.token_ids)
+                ids[row, :n] = torch.tensor(example.token_ids)
+                attention[row, :n] = True
+                mask[row, :n] = torch.tensor(example.loss_mask)
+            logp, _ = token_logprobs(model, ids, attention)
+            loss = -(logp * mask).sum() / mask.sum().clamp(min=1)
+            update.zero_grad()
+            update.backward(loss)
+            update.step()
+            losses.append(loss.item())
+            if progress is not None:
+                progress(len(losses), losses[-1])
+    return losses

@@ -1,0 +1,238 @@
+import json
+import math
+
+import pytest
+import torch
+from helpers import ScriptedEngine
+
+from slca.config import TrainConfig
+from slca.simulator import Simulator
+from slca.training.rl import Trainer, TrainingDiverged, latest_checkpoint
+from slca.training.tiny import tiny_model, train_tokenizer
+
+DESIGN_METRICS = {
+    "reward/tool",
+    "reward/sum",
+    "reward/total",
+    "adv/tool_mean",
+    "adv/tool_std",
+    "adv/sum_mean",
+    "adv/sum_std",
+    "adv/zero_group_frac",
+    "actor/pg_loss",
+    "actor/kl",
+    "actor/clipfrac",
+    "actor/entropy",
+    "actor/grad_norm",
+    "rollout/tool_calls_per_task",
+    "rollout/redundant_calls",
+    "sim/invalid_rate",
+    "perf/tokens_per_s",
+    "perf/step_s",
+}
+
+
+class AdamEngine:
+    """The smallest real update engine: AdamW with clipping, saved with torch.save."""
+
+    def __init__(self, model, lr=1e-3):
+        self.model, self.opt = model, torch.optim.AdamW(model.parameters(), lr=lr)
+
+    def backward(self, loss):
+        loss.backward()
+
+    def step(self):
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.opt.step()
+        return float(norm)
+
+    def zero_grad(self):
+        self.opt.zero_grad(set_to_none=True)
+
+    def save(self, directory):
+        directory.mkdir(parents=True)
+        torch.save(
+            {"model": self.model.state_dict(), "opt": self.opt.state_dict()}, directory / "state.pt"
+        )
+
+    def load(self, directory):
+        state = torch.load(directory / "state.pt")
+        self.model.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["opt"])
+
+    def state_dict_for_rollout(self):
+        return self.model.state_dict()
+
+
+class Recorder:
+    def __init__(self):
+        self.metrics, self.histograms, self.checkpoints = [], [], []
+
+    def log_metrics(self, metrics, step):
+        self.metrics.append((step, metrics))
+
+    def log_histograms(self, step, values):
+        self.histograms.append((step, values))
+
+    def log_checkpoint(self, path, step):
+        self.checkpoints.append((step, path))
+
+
+@pytest.fixture(scope="module")
+def world():
+    from slca.data.params import SynthParams
+    from slca.data.synth import generate
+
+    tasks = [
+        t
+        for t in generate(SynthParams(n_tasks=40, domains=["weather"]), seed=2)
+        if len(t.gold) == 1 and len(t.gold[0]) == 1
+    ]
+    tokenizer = train_tokenizer([m.content for t in tasks for m in t.messages] * 3, vocab_size=500)
+    return tasks[:6], tokenizer
+
+
+def call(city):
+    args = json.dumps({"name": "get_weather", "arguments": {"city": city}})
+    return f"<tool_call>\n{args}\n</tool_call>"
+
+
+def script_for(task):
+    city = task.gold[0][0].arguments["city"]
+    temperature = task.facts[f"{city}.temperature"]
+    # Four different policies in each group: right call, wrong city, no call, bad JSON.
+    return [
+        [call(city), call("Atlantis"), f"It is {temperature} degrees.", "<tool_call>{x"],
+        [f"It is {temperature} degrees in {city}.", "No idea, sorry."],
+    ]
+
+
+def make(
+    world, tmp_path, *, estimator="slca", seed=0, steps=2, model_seed=0, kl_coef=0.0, **overrides
+):
+    tasks, tokenizer = world
+    config = TrainConfig.model_validate(
+        {
+            "seed": seed,
+            "steps": steps,
+            "checkpoint_every": 1,
+            "histogram_every": 1,
+            "rollout": {"tasks_per_step": 1, "group_size": 4, "max_new_tokens": 64, "max_turns": 2},
+            "update": {"micro_batch_size": 2, "minibatches": 2},
+            "algorithm": {"advantage": {"estimator": estimator}, "loss": {"kl_coef": kl_coef}},
+            **overrides,
+        }
+    )
+    model = tiny_model(tokenizer, seed=model_seed)
+    recorder = Recorder()
+    trainer = Trainer(
+        config,
+        tasks=tasks[:1],
+        tokenizer=tokenizer,
+        update=AdamEngine(model),
+        reference=tiny_model(tokenizer, seed=model_seed).eval() if kl_coef else None,
+        rollout_engine=ScriptedEngine(tokenizer, script_for(tasks[0])),
+        simulator=Simulator(),
+        checkpoint_dir=tmp_path / "ckpt",
+        tracker=recorder,
+    )
+    return trainer, model, recorder
+
+
+def test_rl_steps_change_the_policy_and_report_every_design_metric(world, tmp_path):
+    trainer, model, recorder = make(world, tmp_path, kl_coef=0.01)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    state = trainer.run()
+    assert state.step == 2 and state.tasks_drawn == 2
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+    (_, first), (_, second) = recorder.metrics
+    assert DESIGN_METRICS <= set(first)
+    assert all(math.isfinite(v) for v in first.values())
+    assert first["actor/grad_norm"] > 0 and first["adv/zero_group_frac"] == 0.0
+    assert -1.0 <= first["actor/grad_cos_tool_sum"] <= 1.0
+    step, histograms = recorder.histograms[0]
+    assert step == 1 and set(histograms) == {"tool", "summary"}
+    assert histograms["tool"].size > 0
+    assert [s for s, _ in recorder.checkpoints] == [1, 2]
+    assert latest_checkpoint(tmp_path / "ckpt").name == "step_000002"
+
+
+def test_switching_the_estimator_changes_only_the_advantages(world, tmp_path):
+    runs = {}
+    for name in ("grpo", "slca"):
+        trainer, model, recorder = make(world, tmp_path / name, estimator=name, steps=1)
+        trainer.run()
+        runs[name] = (recorder.metrics[0][1], model.state_dict())
+    (grpo, grpo_params), (slca, slca_params) = runs["grpo"], runs["slca"]
+    for key in (
+        "reward/tool",
+        "reward/sum",
+        "rollout/tool_calls_per_task",
+        "rollout/policy_tokens",
+    ):
+        assert grpo[key] == slca[key]
+    assert grpo["adv/tool_std"] != slca["adv/tool_std"]
+    assert any(not torch.equal(grpo_params[k], slca_params[k]) for k in grpo_params)
+
+
+def test_same_seed_same_metrics_and_resume_continues_exactly(world, tmp_path):
+    straight, _, rec_a = make(world, tmp_path / "a", steps=3)
+    straight.run()
+    again, _, rec_b = make(world, tmp_path / "b", steps=3)
+    again.run()
+
+    def untimed(recorder):  # wall-clock metrics differ run to run by nature
+        return [
+            {k: v for k, v in m.items() if not k.startswith("perf/") and k != "sim/latency_ms"}
+            for _, m in recorder.metrics
+        ]
+
+    assert untimed(rec_a) == untimed(rec_b)
+    # Interrupted after 2 steps, resumed by a new trainer (different initial weights):
+    # weights, optimizer state and data cursor come back exactly as the straight run had
+    # them after step 2, and step 3 then reports the same figures.
+    first, _, _ = make(world, tmp_path / "c", steps=2)
+    first.run()
+    resumed, model_c, rec_c = make(world, tmp_path / "c", steps=3, model_seed=99)
+    assert resumed.restore()
+    saved = torch.load(tmp_path / "a/ckpt/step_000002/engine/state.pt")
+    for key, value in saved["model"].items():
+        assert torch.equal(model_c.state_dict()[key], value)
+    restored = resumed.update.opt.state_dict()["state"]
+    for index, entry in saved["opt"]["state"].items():
+        assert all(torch.equal(restored[index][k], v) for k, v in entry.items())
+    assert (resumed.state.step, resumed.state.tasks_drawn) == (2, 2)
+    assert resumed.run().step == 3
+    assert [s for s, _ in rec_c.metrics] == [3]  # nothing logged twice
+    straight_3, resumed_3 = rec_a.metrics[2][1], rec_c.metrics[0][1]
+    for key in ("reward/tool", "adv/tool_std", "actor/pg_loss", "actor/grad_norm"):
+        assert resumed_3[key] == pytest.approx(straight_3[key], rel=1e-4)
+
+
+def test_non_finite_losses_are_skipped_then_stop_the_run_with_checkpoints_intact(world, tmp_path):
+    trainer, model, recorder = make(world, tmp_path, steps=3, max_bad_steps=2)
+    trainer.config = trainer.config.model_copy(update={"steps": 1})
+    trainer.run()  # a good step and its checkpoint
+    with torch.no_grad():
+        next(model.parameters()).fill_(float("nan"))
+    trainer.config = trainer.config.model_copy(update={"steps": 3})
+    with pytest.raises(TrainingDiverged, match="2 consecutive non-finite losses"):
+        trainer.run()
+    assert trainer.state.skipped_steps == 2
+    assert latest_checkpoint(tmp_path / "ckpt").name == "step_000001"
+
+
+def test_kl_without_a_reference_model_is_a_config_error(world, tmp_path):
+    tasks, tokenizer = world
+    config = TrainConfig.model_validate({"algorithm": {"loss": {"kl_coef": 0.1}}})
+    model = tiny_model(tokenizer)
+    with pytest.raises(ValueError, match="needs a frozen reference"):
+        Trainer(
+            config,
+            tasks=tasks,
+            tokenizer=tokenizer,
+            update=AdamEngine(model),
+            rollout_engine=ScriptedEngine(tokenizer, ["x"]),
+            simulator=Simulator(),
+            checkpoint_dir=tmp_path,
+        )
