@@ -16,11 +16,12 @@ from slca.simulator.llm import (
     ANY_OBJECT,
     LLMBackend,
     LLMBackendError,
+    Tightening,
     _Sampling,
     build_messages,
-    close_objects,
     compile_decoding_schema,
     sampling_seed,
+    tighten_schema,
     vllm_sampling_params,
 )
 
@@ -135,14 +136,14 @@ def assert_valid(text, schema):
 # ------------------------------------------------------------------ no model needed
 
 
-def test_close_objects_forbids_invented_keys_without_changing_the_original():
+def test_tightening_closes_objects_without_changing_the_original():
     schema = RESPONSE_SCHEMAS["array_of_objects"]
     before = json.dumps(schema, sort_keys=True)
-    closed = close_objects(schema)
+    closed = tighten_schema(schema)
     assert json.dumps(schema, sort_keys=True) == before
     assert closed["additionalProperties"] is False
     assert closed["properties"]["results"]["items"]["additionalProperties"] is False
-    assert "additionalProperties" not in close_objects({"type": "object"})  # any object stays
+    assert "additionalProperties" not in tighten_schema({"type": "object"})  # any object stays
 
 
 @pytest.mark.parametrize(
@@ -154,21 +155,63 @@ def test_close_objects_forbids_invented_keys_without_changing_the_original():
         {"type": "object", "properties": {"a": {}}, "$ref": "#/$defs/x", "$defs": {"x": {}}},
     ],
 )
-def test_close_objects_leaves_schemas_that_say_otherwise(schema):
-    assert close_objects(schema).get("additionalProperties") == schema.get("additionalProperties")
+def test_tightening_leaves_objects_that_say_otherwise_open(schema):
+    extra = tighten_schema(schema).get("additionalProperties")
+    assert extra is not False
+    assert (extra is None) == (schema.get("additionalProperties") is None)
 
 
-def test_close_objects_keeps_composed_branches_satisfiable():
+def test_tightening_keeps_composed_branches_satisfiable():
     branches = [{"properties": {"a": {"type": "integer"}}}, {"properties": {"b": {}}}]
-    closed = close_objects({"allOf": branches})
+    closed = tighten_schema({"allOf": branches})
     assert all("additionalProperties" not in b for b in closed["allOf"])
     # anyOf branches may be closed when the parent declares nothing itself ...
     assert all(
-        b["additionalProperties"] is False for b in close_objects({"anyOf": branches})["anyOf"]
+        b["additionalProperties"] is False for b in tighten_schema({"anyOf": branches})["anyOf"]
     )
     # ... but not when the parent has properties the branch would then forbid
-    mixed = close_objects({"properties": {"c": {}}, "anyOf": branches})
+    mixed = tighten_schema({"properties": {"c": {}}, "anyOf": branches})
     assert all("additionalProperties" not in b for b in mixed["anyOf"])
+
+
+def test_tightening_bounds_unbounded_scalars_only():
+    limits = Tightening(max_decimals=2, max_abs=1000, max_string_length=10, max_items=3)
+    schema = {
+        "type": "object",
+        "properties": {
+            "x": {"type": "number"},
+            "n": {"type": ["integer", "null"], "minimum": 5},
+            "far": {"type": "integer", "minimum": 5000},  # a bound beyond max_abs stays alone
+            "s": {"type": "string", "minLength": 20},
+            "code": {"type": "string", "pattern": "^[a-z]+$"},
+            "when": {"type": "string", "format": "date"},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "mode": {"type": "string", "enum": ["a", "b"]},
+        },
+    }
+    props = tighten_schema(schema, limits)["properties"]
+    assert props["x"] == {"type": "number", "multipleOf": 0.01, "minimum": -1000, "maximum": 1000}
+    assert props["n"] == {"type": ["integer", "null"], "minimum": 5, "maximum": 1000}
+    assert props["far"] == {"type": "integer", "minimum": 5000}
+    assert props["s"]["maxLength"] == 20  # never below minLength
+    assert "maxLength" not in props["code"] and "maxLength" not in props["when"]
+    assert props["tags"]["maxItems"] == 3 and props["tags"]["items"]["maxLength"] == 10
+    assert props["mode"] == schema["properties"]["mode"]
+
+
+def test_a_bounded_number_cannot_run_away(backend):
+    """SmolLM2 once wrote ``"humidity": 1.000000…`` until max_new_tokens: the
+    decoding schema allows at most four decimals."""
+    schema = {
+        "type": "object",
+        "properties": {"humidity": {"type": "number", "minimum": 0, "maximum": 1}},
+        "required": ["humidity"],
+    }
+    decoding = backend.decoding_schema(schema)
+    assert decoding.schema["properties"]["humidity"]["multipleOf"] == 0.0001
+    for seed in range(3):
+        value = assert_valid(backend.propose(request(schema, seed=seed)), schema)
+        assert len(repr(value["humidity"])) <= 6
 
 
 def test_decoding_schema_for_no_response_schema_is_any_object():
