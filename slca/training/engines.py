@@ -377,7 +377,7 @@ class TorchEngine:
 
 def deepspeed_config(config: EngineConfig) -> dict[str, Any]:
     """The DeepSpeed config dict: the repository's (or given) JSON plus the keys the
-    engine owns. On a machine without CUDA it selects ``torch.optim.AdamW``
+    engine owns. On DeepSpeed's CPU accelerator it selects ``torch.optim.AdamW``
     (``torch_adam``), so no DeepSpeed op is compiled."""
     ds = load_deepspeed_json(config.deepspeed_json_path, expected_stage=config.zero_stage)
     optim = config.optim
@@ -393,19 +393,24 @@ def deepspeed_config(config: EngineConfig) -> dict[str, Any]:
                 "betas": list(optim.betas),
                 "eps": optim.eps,
                 "weight_decay": optim.weight_decay,
-                "torch_adam": not torch.cuda.is_available(),
+                "torch_adam": _on_cpu(),
             },
         },
     )
     return ds
 
 
+def _on_cpu() -> bool:
+    """Whether DeepSpeed runs on its CPU accelerator (no GPU, or ``DS_ACCELERATOR=cpu``)."""
+    from deepspeed.accelerator import get_accelerator
+
+    return get_accelerator().device_name() == "cpu"
+
+
 def _no_op_builds_on_cpu() -> None:
     """On CPU, DeepSpeed JIT-compiles a shared-memory collective op (minutes of g++)
     when it creates its comm backend; mark it unavailable so gloo does the work."""
-    from deepspeed.accelerator import get_accelerator
-
-    if get_accelerator().device_name() == "cpu":
+    if _on_cpu():
         import deepspeed.ops
 
         deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
@@ -428,7 +433,7 @@ class DeepSpeedEngine:
         self.config = config
         _no_op_builds_on_cpu()
         if not dist.is_initialized():
-            backend = "nccl" if torch.cuda.is_available() else "gloo"
+            backend = "gloo" if _on_cpu() else None  # None: the accelerator's (NCCL)
             deepspeed.init_distributed(dist_backend=backend)
         if config.gradient_checkpointing:
             _enable_gradient_checkpointing(model)

@@ -260,9 +260,11 @@ def test_deepspeed_json_is_checked_when_the_config_loads(tmp_path):
 )
 @pytest.mark.parametrize("stage", [1, 3])
 def test_deepspeed_zero_on_cpu_steps_saves_and_loads(stage, tokenizer, batch, tmp_path):
-    env = dict(os.environ, PYTHONPATH=str(REPO), DS_BUILD_OPS="0")
+    extensions = tmp_path / "torch_extensions"  # where a JIT-compiled op would land
+    env = dict(os.environ, PYTHONPATH=str(REPO), TORCH_EXTENSIONS_DIR=str(extensions))
+    (tmp_path / "work").mkdir()
     run = subprocess.run(
-        [sys.executable, str(WORKER), str(stage), str(tmp_path)],
+        [sys.executable, str(WORKER), str(stage), str(tmp_path / "work")],
         capture_output=True,
         text=True,
         env=env,
@@ -280,6 +282,7 @@ def test_deepspeed_zero_on_cpu_steps_saves_and_loads(stage, tokenizer, batch, tm
         result["files"]
     )
     assert result["leftovers"] == []
+    assert not extensions.exists(), "DeepSpeed compiled an op on CPU"
     # two accumulated half batches under DeepSpeed == one full batch under plain torch
     reference = make_engine(tokenizer)
     assert result["grad_norm"] == pytest.approx(lm_step(reference, batch)[1], rel=1e-4)
