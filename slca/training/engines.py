@@ -275,7 +275,8 @@ def load_hf_weights(module: nn.Module, directory: Path) -> None:
 class TorchEngine:
     """One process, plain ``torch.optim.AdamW``; the CPU default.
 
-    ``bf16`` turns on ``torch.autocast`` for the forward (weights stay fp32);
+    ``bf16`` turns on ``torch.autocast`` for the forward (weights stay fp32; ``null``:
+    on for a model on a bf16-capable GPU);
     ``gradient_checkpointing`` calls the model's ``gradient_checkpointing_enable``.
     """
 
@@ -284,7 +285,12 @@ class TorchEngine:
         if self.config.engine != "torch":
             raise ValueError(f"TorchEngine got engine {self.config.engine!r}")
         self._model = model
-        self._bf16 = self.config.resolved_bf16()
+        device = next(model.parameters()).device
+        self._bf16 = (
+            self.config.bf16
+            if self.config.bf16 is not None
+            else device.type == "cuda" and torch.cuda.is_bf16_supported()
+        )
         if self.config.gradient_checkpointing:
             _enable_gradient_checkpointing(model)
         optim = self.config.optim
