@@ -10,11 +10,8 @@ DeepSpeed) and tracking (an optional tracker; MLflow in :mod:`slca.tracking`).
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import random
-import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -34,19 +31,7 @@ from slca.rollout.loop import RolloutLimits, run_rollouts
 from slca.segments import head_masks
 from slca.simulator import Simulator
 from slca.training.batch import Batch, collate, token_logprobs
-
-STATE_FILE = "trainer_state.json"
-
-
-class UpdateEngine(Protocol):
-    model: torch.nn.Module
-
-    def backward(self, loss: Tensor) -> None: ...
-    def step(self) -> float: ...
-    def zero_grad(self) -> None: ...
-    def save(self, directory: Path) -> None: ...
-    def load(self, directory: Path) -> None: ...
-    def state_dict_for_rollout(self) -> dict[str, Tensor]: ...
+from slca.training.engines import CLIENT_STATE, ENGINE_STATE, UpdateEngine, explain_oom
 
 
 class Tracker(Protocol):
@@ -187,7 +172,8 @@ class Trainer:
             **extra,
         )
         update_started = time.perf_counter()
-        actor = self._update(batch, old, ref, advantages, loss_mask, step)
+        with explain_oom(cfg.update.micro_batch_size):
+            actor = self._update(batch, old, ref, advantages, loss_mask, step)
         if step % cfg.histogram_every == 0:
             actor["actor/grad_cos_tool_sum"] = self._gradient_cosine(batch, old, advantages, masks)
             if self.tracker is not None:
@@ -284,14 +270,17 @@ class Trainer:
                     continue
                 self.update.zero_grad()
                 finite = True
-                for start in range(0, len(rows), cfg.update.micro_batch_size):
-                    micro = rows[start : start + cfg.update.micro_batch_size]
+                size = cfg.update.micro_batch_size
+                micros = [
+                    rows[s : s + size]
+                    for s in range(0, len(rows), size)
+                    if loss_mask[rows[s : s + size]].any()
+                ]
+                for position, micro in enumerate(micros):
                     sub = batch.select(micro)
                     width = sub.input_ids.shape[1]
                     mask = loss_mask[micro, :width]
                     share = float(mask.sum()) / tokens  # exact token-mean over the minibatch
-                    if share == 0:
-                        continue
                     logp, entropy = token_logprobs(
                         model,
                         sub.input_ids,
@@ -313,7 +302,8 @@ class Trainer:
                     if not torch.isfinite(loss):
                         finite = False
                         break
-                    self.update.backward(loss * share)
+                    # DeepSpeed reduces gradients at the last micro-batch of a minibatch.
+                    self.update.backward(loss * share, boundary=position == len(micros) - 1)
                     metrics["actor/entropy"] = entropy[mask].mean()
                     for key, value in metrics.items():
                         totals[key] = totals.get(key, 0.0) + share * float(value)
@@ -378,34 +368,32 @@ class Trainer:
     # ------------------------------------------------------------------ checkpoints
 
     def checkpoint(self) -> Path:
-        """Engine state + trainer state under ``step_<k>``, written beside it then renamed."""
-        final = self.checkpoint_dir / f"step_{self.state.step:06d}"
-        tmp = self.checkpoint_dir / f".{final.name}.tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        self.update.save(tmp / "engine")
-        (tmp / STATE_FILE).write_text(json.dumps(asdict(self.state), indent=2) + "\n")
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+        """Weights, optimizer, scheduler, RNG and trainer state under ``step_<k>``; the
+        engine writes it beside the target and renames it, so it is complete or absent."""
+        path = self.update.save(
+            self.checkpoint_dir / f"step_{self.state.step:06d}", client_state=asdict(self.state)
+        )
         if self.tracker is not None:
-            self.tracker.log_checkpoint(final, self.state.step)
-        return final
+            self.tracker.log_checkpoint(path, self.state.step)
+        return path
 
     def restore(self) -> bool:
         """Continue from the newest complete checkpoint; False when there is none."""
         latest = latest_checkpoint(self.checkpoint_dir)
         if latest is None:
             return False
-        self.update.load(latest / "engine")
-        self.state = TrainerState(**json.loads((latest / STATE_FILE).read_text()))
+        self.state = TrainerState(**self.update.load(latest))
         return True
 
 
 def latest_checkpoint(directory: str | Path) -> Path | None:
-    """The newest ``step_*`` directory holding a trainer state (temp dirs are ignored)."""
-    candidates = sorted(p for p in Path(directory).glob("step_*") if (p / STATE_FILE).exists())
-    return candidates[-1] if candidates else None
+    """The newest complete ``step_*`` checkpoint (the engine writes its state file last)."""
+    done = sorted(
+        p
+        for p in Path(directory).glob("step_*")
+        if (p / ENGINE_STATE).exists() and (p / CLIENT_STATE).exists()
+    )
+    return done[-1] if done else None
 
 
 def _block_reward_matrix(rollouts, scores) -> Tensor:

@@ -7,6 +7,8 @@ from helpers import ScriptedEngine
 
 from slca.config import TrainConfig
 from slca.simulator import Simulator
+from slca.training.config import EngineConfig
+from slca.training.engines import TorchEngine, load_hf_weights
 from slca.training.rl import Trainer, TrainingDiverged, latest_checkpoint
 from slca.training.tiny import tiny_model, train_tokenizer
 
@@ -32,36 +34,8 @@ DESIGN_METRICS = {
 }
 
 
-class AdamEngine:
-    """The smallest real update engine: AdamW with clipping, saved with torch.save."""
-
-    def __init__(self, model, lr=1e-3):
-        self.model, self.opt = model, torch.optim.AdamW(model.parameters(), lr=lr)
-
-    def backward(self, loss):
-        loss.backward()
-
-    def step(self):
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
-        self.opt.step()
-        return float(norm)
-
-    def zero_grad(self):
-        self.opt.zero_grad(set_to_none=True)
-
-    def save(self, directory):
-        directory.mkdir(parents=True)
-        torch.save(
-            {"model": self.model.state_dict(), "opt": self.opt.state_dict()}, directory / "state.pt"
-        )
-
-    def load(self, directory):
-        state = torch.load(directory / "state.pt")
-        self.model.load_state_dict(state["model"])
-        self.opt.load_state_dict(state["opt"])
-
-    def state_dict_for_rollout(self):
-        return self.model.state_dict()
+def engine(model, lr=1e-3):
+    return TorchEngine(model, EngineConfig(optim={"lr": lr, "weight_decay": 0.01}))
 
 
 class Recorder:
@@ -129,7 +103,7 @@ def make(
         config,
         tasks=tasks[:1],
         tokenizer=tokenizer,
-        update=AdamEngine(model),
+        update=engine(model),
         reference=tiny_model(tokenizer, seed=model_seed).eval() if kl_coef else None,
         rollout_engine=ScriptedEngine(tokenizer, script_for(tasks[0])),
         simulator=Simulator(),
@@ -195,11 +169,14 @@ def test_same_seed_same_metrics_and_resume_continues_exactly(world, tmp_path):
     first.run()
     resumed, model_c, rec_c = make(world, tmp_path / "c", steps=3, model_seed=99)
     assert resumed.restore()
-    saved = torch.load(tmp_path / "a/ckpt/step_000002/engine/state.pt")
-    for key, value in saved["model"].items():
+    straight_2 = tmp_path / "a/ckpt/step_000002"
+    reference = tiny_model(world[1], seed=5)
+    load_hf_weights(reference, straight_2)
+    for key, value in reference.state_dict().items():
         assert torch.equal(model_c.state_dict()[key], value)
-    restored = resumed.update.opt.state_dict()["state"]
-    for index, entry in saved["opt"]["state"].items():
+    saved = torch.load(straight_2 / "optimizer.pt", weights_only=True)["state"]
+    restored = resumed.update.optimizer.state_dict()["state"]
+    for index, entry in saved.items():
         assert all(torch.equal(restored[index][k], v) for k, v in entry.items())
     assert (resumed.state.step, resumed.state.tasks_drawn) == (2, 2)
     assert resumed.run().step == 3
@@ -231,7 +208,7 @@ def test_kl_without_a_reference_model_is_a_config_error(world, tmp_path):
             config,
             tasks=tasks,
             tokenizer=tokenizer,
-            update=AdamEngine(model),
+            update=engine(model),
             rollout_engine=ScriptedEngine(tokenizer, ["x"]),
             simulator=Simulator(),
             checkpoint_dir=tmp_path,

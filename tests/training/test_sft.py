@@ -1,7 +1,5 @@
 import json
 
-import torch
-
 from slca.data.params import SynthParams
 from slca.data.synth import generate
 from slca.grammar import parse_turn
@@ -36,20 +34,6 @@ def test_loss_falls_only_on_assistant_tokens_that_decode_to_the_gold_turns():
     turns = gold_conversation(task, Simulator())
     assert trained == "".join(text + "<|im_end|>" for text, _ in turns)
     assert not any(example.loss_mask[:20])
-
-    class Adam:
-        def __init__(self, model):
-            self.model, self.opt = model, torch.optim.AdamW(model.parameters(), lr=3e-3)
-
-        def backward(self, loss):
-            loss.backward()
-
-        def step(self):
-            self.opt.step()
-            return 0.0
-
-        def zero_grad(self):
-            self.opt.zero_grad()
 
     examples = [build_example(t, tokenizer, Simulator()) for t in tasks]
     losses = sft(
