@@ -37,7 +37,7 @@ def test_loss_falls_only_on_assistant_tokens_that_decode_to_the_gold_turns():
 
     examples = [build_example(t, tokenizer, Simulator()) for t in tasks]
     losses = sft(
-        Adam(tiny_model(tokenizer)),
+        TorchEngine(tiny_model(tokenizer), EngineConfig(optim={"lr": 3e-3})),
         examples,
         epochs=3,
         micro_batch_size=4,
