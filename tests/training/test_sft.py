@@ -4,6 +4,8 @@ from slca.data.params import SynthParams
 from slca.data.synth import generate
 from slca.grammar import parse_turn
 from slca.simulator import Simulator
+from slca.training.config import EngineConfig
+from slca.training.engines import TorchEngine
 from slca.training.sft import build_example, gold_conversation, reference_summary, sft
 from slca.training.tiny import tiny_model, train_tokenizer
 
