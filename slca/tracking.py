@@ -76,7 +76,7 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 import mlflow  # noqa: E402
 import numpy as np  # noqa: E402
 import yaml  # noqa: E402
-from mlflow.entities import Metric, Param, RunTag  # noqa: E402
+from mlflow.entities import LoggedModelStatus, Metric, Param, RunTag  # noqa: E402
 from mlflow.exceptions import MlflowException  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
@@ -567,12 +567,14 @@ class Tracker:
         (``models:/<model id>``), loadable with ``mlflow.transformers.load_model``.
         """
         run_id = self._require_run()
+        if not _SAFE_NAME.match(name):
+            raise ValueError(f"model name {name!r}: use letters, digits, '_', '.', '-'")
         existing = self.client.search_logged_models(
             experiment_ids=[self.experiment_id],
             filter_string=f"source_run_id = '{run_id}' AND name = '{name}'",
         )
         for logged in existing:
-            if logged.status.to_proto() == logged.status.READY.to_proto():
+            if logged.status == LoggedModelStatus.READY:
                 return f"models:/{logged.model_id}"
         info = mlflow.transformers.log_model(
             {"model": model, "tokenizer": tokenizer},
