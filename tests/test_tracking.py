@@ -215,6 +215,42 @@ def test_resume_continues_the_same_run_and_logs_nothing_twice(store, experiment)
     assert cosine == [(0, 0.0), (2, 2.0), (4, 4.0), (6, 60.0), (8, 80.0)]
 
 
+KILLED_WRITER = """
+import os, signal, sys
+from slca.tracking import Tracker
+tracker = Tracker(sys.argv[1], experiment=sys.argv[2])
+tracker.start(run_name="killed")
+for step in range(5):
+    tracker.log_metrics({"reward/total": float(step)}, step=step)
+tracker.log_histograms(4, {"tool": [1.0, 2.0]})
+print(tracker.run_id, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_run_killed_with_sigkill_resumes_in_a_new_process(store, experiment):
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_WRITER, str(store), experiment],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    run_id = killed.stdout.split()[0]
+    client = MlflowClient(tracking_uri=sqlite_uri(store))
+    assert client.get_run(run_id).info.status == "RUNNING"  # nobody ended it
+    with Tracker(store, experiment=experiment) as tracker:
+        tracker.start(resume_run_id=run_id)
+        for step in range(2, 7):  # the last checkpoint was at step 1
+            tracker.log_metrics({"reward/total": 10.0 * step}, step=step)
+        assert tracker.log_histograms(4, {"tool": [0.0]}) is None
+    history = metric_history(run_id, "reward/total", tracking_uri=sqlite_uri(store))
+    assert history == [(s, float(s)) for s in range(5)] + [(5, 50.0), (6, 60.0)]
+    assert client.get_run(run_id).info.status == "FINISHED"
+
+
 def test_resume_with_a_changed_config_keeps_the_first_params_and_records_the_change(
     store, experiment
 ):
