@@ -228,7 +228,9 @@ class Tracker:
     ...     tracker.log_metrics({"reward/tool": 0.4}, step=1)
 
     Leaving the ``with`` block ends the run: ``FINISHED``, or ``FAILED`` on an
-    exception (``KILLED`` on ``KeyboardInterrupt``).
+    exception (``KILLED`` on ``KeyboardInterrupt``). ``start`` sets MLflow's
+    process-wide tracking URI and active run (``mlflow.transformers.log_model`` logs to
+    the active run), so one Tracker runs at a time per process.
     """
 
     def __init__(
