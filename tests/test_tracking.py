@@ -1,0 +1,399 @@
+"""slca.tracking against a real SQLite-backed MLflow store (no mocks).
+
+One store per module (creating its tables takes seconds); each test uses its own
+experiment, so runs never mix.
+"""
+
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pytest
+import torch
+import yaml
+from mlflow.tracking import MlflowClient
+
+from slca.tracking import (
+    COMPLETE_MARKER,
+    MAX_PARAM_VALUE_LENGTH,
+    NONFINITE_METRIC,
+    Tracker,
+    default_pip_requirements,
+    flatten_config,
+    metric_history,
+    sqlite_uri,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    return tmp_path_factory.mktemp("mlflow")
+
+
+@pytest.fixture(autouse=True)
+def no_ambient_store(monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    yield
+    if mlflow.active_run() is not None:  # a failed test must not leak its run
+        mlflow.end_run("FAILED")
+
+
+@pytest.fixture
+def experiment(request):
+    return request.node.name.replace("[", "_").replace("]", "")
+
+
+def local_artifacts(tracker_or_uri, run_id=None) -> Path:
+    client = MlflowClient(tracking_uri=tracker_or_uri)
+    uri = client.get_run(run_id).info.artifact_uri
+    assert uri.startswith("file://")
+    return Path(uri[len("file://") :])
+
+
+def test_import_disables_telemetry_before_mlflow_starts():
+    ci_markers = ("PYTEST_CURRENT_TEST", "CI", "GITHUB_ACTIONS", "DO_NOT_TRACK")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ci_markers and k != "MLFLOW_DISABLE_TELEMETRY"
+    }
+    code = (
+        "import os, slca.tracking, mlflow.telemetry as t;"
+        "print(os.environ['MLFLOW_DISABLE_TELEMETRY'], t.get_telemetry_client())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() == ["true", "None"]
+
+
+def test_default_store_is_sqlite_with_artifacts_beside_it(store, experiment):
+    with Tracker(store, experiment=experiment) as tracker:
+        assert tracker.tracking_uri == f"sqlite:///{store.resolve()}/mlflow.db"
+        assert tracker.tracking_uri == sqlite_uri(store)
+        tracker.start(run_name="r")
+        assert (store / "mlflow.db").is_file()
+        artifacts = local_artifacts(tracker.tracking_uri, tracker.run_id)
+        assert artifacts.is_relative_to(store.resolve() / "artifacts")
+        run_id = tracker.run_id
+    run = MlflowClient(tracking_uri=sqlite_uri(store)).get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert run.info.run_name == "r"
+
+
+def test_flatten_config_uses_dotted_keys_and_keeps_empty_sections():
+    flat = flatten_config({"a": {"b": {"c": 1}, "d": [1, 2]}, "e": {}, "f": None})
+    assert flat == {"a.b.c": 1, "a.d": [1, 2], "e": {}, "f": None}
+
+
+def test_params_are_flattened_with_git_commit_data_hashes_and_full_config(store, experiment):
+    long_prompt = "tool " * 2000  # 10,000 characters: over MLflow's 6,000 limit
+    config = {
+        "train": {"algorithm": {"estimator": "slca", "weights": {"tool": 1.0, "summary": 0.5}}},
+        "model": {"path": Path("models/tiny"), "layers": [2, 4]},
+        "prompt": long_prompt,
+        "empty": {},
+    }
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    with Tracker(store, experiment=experiment) as tracker:
+        tracker.start()
+        tracker.log_params(config, data_hashes={"tasks": "md5:abc123"}, git_dir=REPO)
+        run_id = tracker.run_id
+    run = MlflowClient(tracking_uri=sqlite_uri(store)).get_run(run_id)
+    params = run.data.params
+    assert params["train.algorithm.estimator"] == "slca"
+    assert params["train.algorithm.weights.tool"] == "1.0"
+    assert params["train.algorithm.weights.summary"] == "0.5"
+    assert params["model.path"] == "models/tiny"
+    assert params["model.layers"] == "[2, 4]"
+    assert params["empty"] == "{}"
+    assert len(params["prompt"]) == MAX_PARAM_VALUE_LENGTH
+    assert params["prompt"].endswith("...[truncated]")
+    assert long_prompt.startswith(params["prompt"].removesuffix("...[truncated]"))
+    assert params["git.commit"] == head
+    assert params["git.dirty"] in ("true", "false")
+    assert params["data_hash.tasks"] == "md5:abc123"
+    assert run.data.tags["data_hash.tasks"] == "md5:abc123"
+    assert run.data.tags["mlflow.source.git.commit"] == head
+    saved = yaml.safe_load(
+        (local_artifacts(sqlite_uri(store), run_id) / "config" / "resolved.yaml").read_text()
+    )
+    assert saved["prompt"] == long_prompt  # whole, where the param is truncated
+    assert saved["model"] == {"path": "models/tiny", "layers": [2, 4]}
+    assert saved["train"] == config["train"]
+
+
+def test_git_commit_is_unknown_outside_a_checkout(store, experiment, tmp_path):
+    with Tracker(store, experiment=experiment) as tracker:
+        tracker.start()
+        params = tracker.log_params({"a": 1}, git_dir=tmp_path)
+        assert params["git.commit"] == "unknown"
+        run = MlflowClient(tracking_uri=sqlite_uri(store)).get_run(tracker.run_id)
+        assert run.data.params["git.commit"] == "unknown"
+
+
+def test_metrics_read_back_exactly_and_non_finite_values_are_dropped(store, experiment):
+    with Tracker(store, experiment=experiment) as tracker:
+        tracker.start()
+        for step in range(5):
+            tracker.log_metrics(
+                {
+                    "reward/tool": 0.1 * step,
+                    "actor/kl": np.float32(0.5) if step != 2 else float("nan"),
+                    "actor/grad_norm": torch.tensor(float("inf") if step == 3 else step),
+                    "perf/step_s": -float("inf") if step == 4 else 1.5,
+                },
+                step=step,
+            )
+        assert tracker.history("reward/tool") == [(s, 0.1 * s) for s in range(5)]
+        assert tracker.history("actor/kl") == [(s, 0.5) for s in (0, 1, 3, 4)]
+        assert tracker.history("actor/grad_norm") == [(s, float(s)) for s in (0, 1, 2, 4)]
+        assert tracker.history("perf/step_s") == [(s, 1.5) for s in range(4)]
+        assert tracker.history(NONFINITE_METRIC) == [(2, 1.0), (3, 1.0), (4, 1.0)]
+        assert tracker.nonfinite_dropped == {"actor/kl": 1, "actor/grad_norm": 1, "perf/step_s": 1}
+        # the same (key, step) again in the same process is skipped, a new key is not
+        logged = tracker.log_metrics({"reward/tool": 9.0, "reward/sum": 0.25}, step=4)
+        assert logged == {"reward/sum": 0.25}
+        assert tracker.skipped["reward/tool"] == 1
+        assert tracker.history("reward/tool")[-1] == (4, 0.4)
+        with pytest.raises(TypeError, match="reward/tool"):
+            tracker.log_metrics({"reward/tool": "high"}, step=5)
+        with pytest.raises(ValueError, match="step"):
+            tracker.log_metrics({"reward/tool": 1.0}, step=-1)
+        run_id = tracker.run_id
+    history = metric_history(run_id, "reward/sum", tracking_uri=sqlite_uri(store))
+    assert history == [(4, 0.25)]
+
+
+def run_steps(tracker, steps, scale):
+    for step in steps:
+        metrics = {"reward/total": scale * step}
+        if step % 2 == 0:  # logged every other step, like a probe every K steps
+            metrics["actor/grad_cosine"] = scale * step
+        tracker.log_metrics(metrics, step=step)
+
+
+def test_resume_continues_the_same_run_and_logs_nothing_twice(store, experiment):
+    config = {"train": {"steps": 8, "seed": 1}}
+    with pytest.raises(RuntimeError, match="killed"):  # the first process dies at step 5
+        with Tracker(store, experiment=experiment) as first:
+            first.start(run_name="resumable")
+            first.log_params(config, git_dir=REPO)
+            run_steps(first, range(6), scale=1.0)
+            run_id = first.run_id
+            raise RuntimeError("killed")
+    client = MlflowClient(tracking_uri=sqlite_uri(store))
+    assert client.get_run(run_id).info.status == "FAILED"
+
+    # the second process restarts from a checkpoint at step 3 and replays 4..5
+    with Tracker(store, experiment=experiment) as second:
+        second.start(run_name="ignored", resume_run_id=run_id)
+        assert second.run_id == run_id
+        assert second.last_steps == {"reward/total": 5, "actor/grad_cosine": 4}
+        with warnings.catch_warnings(action="error"):
+            second.log_params(config, git_dir=REPO)  # same config: nothing to change
+        run_steps(second, range(4, 9), scale=10.0)
+        assert second.skipped == {"reward/total": 2, "actor/grad_cosine": 1}
+
+    runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
+    assert [r.info.run_id for r in runs] == [run_id]
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert run.info.run_name == "resumable"
+    assert run.data.tags["slca.resume_count"] == "1"
+    total = metric_history(run_id, "reward/total", tracking_uri=sqlite_uri(store))
+    assert total == [(s, float(s)) for s in range(6)] + [(s, 10.0 * s) for s in (6, 7, 8)]
+    cosine = metric_history(run_id, "actor/grad_cosine", tracking_uri=sqlite_uri(store))
+    assert cosine == [(0, 0.0), (2, 2.0), (4, 4.0), (6, 60.0), (8, 80.0)]
+
+
+KILLED_WRITER = """
+import os, signal, sys
+from slca.tracking import Tracker
+tracker = Tracker(sys.argv[1], experiment=sys.argv[2])
+tracker.start(run_name="killed")
+for step in range(5):
+    tracker.log_metrics({"reward/total": float(step)}, step=step)
+tracker.log_histograms(4, {"tool": [1.0, 2.0]})
+print(tracker.run_id, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_run_killed_with_sigkill_resumes_in_a_new_process(store, experiment):
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_WRITER, str(store), experiment],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    run_id = killed.stdout.split()[0]
+    client = MlflowClient(tracking_uri=sqlite_uri(store))
+    assert client.get_run(run_id).info.status == "RUNNING"  # nobody ended it
+    with Tracker(store, experiment=experiment) as tracker:
+        tracker.start(resume_run_id=run_id)
+        for step in range(2, 7):  # the last checkpoint was at step 1
+            tracker.log_metrics({"reward/total": 10.0 * step}, step=step)
+        assert tracker.log_histograms(4, {"tool": [0.0]}) is None
+    history = metric_history(run_id, "reward/total", tracking_uri=sqlite_uri(store))
+    assert history == [(s, float(s)) for s in range(5)] + [(5, 50.0), (6, 60.0)]
+    assert client.get_run(run_id).info.status == "FINISHED"
+
+
+def test_resume_with_a_changed_config_keeps_the_first_params_and_records_the_change(
+    store, experiment
+):
+    with Tracker(store, experiment=experiment) as first:
+        first.start()
+        first.log_params({"train": {"steps": 8, "lr": 1e-5}})
+        run_id = first.run_id
+    with Tracker(store, experiment=experiment) as second:
+        second.start(resume_run_id=run_id)
+        with pytest.warns(UserWarning, match="train.steps"):
+            second.log_params({"train": {"steps": 16, "lr": 1e-5}, "extra": "new"})
+    run = MlflowClient(tracking_uri=sqlite_uri(store)).get_run(run_id)
+    assert run.data.params["train.steps"] == "8"
+    assert run.data.params["extra"] == "new"
+    assert run.data.tags["slca.params_changed_on_resume"] == "train.steps"
+    artifacts = local_artifacts(sqlite_uri(store), run_id) / "config"
+    assert yaml.safe_load((artifacts / "resolved.yaml").read_text())["train"]["steps"] == 8
+    assert yaml.safe_load((artifacts / "resolved.resume-1.yaml").read_text())["train"]["steps"] == (
+        16
+    )
+
+
+def test_resume_refuses_an_unknown_run_or_one_of_another_experiment(store, experiment):
+    with Tracker(store, experiment=experiment + "-other") as other:
+        other.start()
+        foreign = other.run_id
+    with Tracker(store, experiment=experiment) as tracker:
+        with pytest.raises(ValueError, match="not found"):
+            tracker.start(resume_run_id="0123456789abcdef0123456789abcdef")
+        with pytest.raises(ValueError, match="belongs to experiment"):
+            tracker.start(resume_run_id=foreign)
+        assert mlflow.active_run() is None
+
+
+def test_histograms_write_a_figure_per_segment_and_raw_arrays_that_round_trip(store, experiment):
+    rng = np.random.default_rng(0)
+    tool = rng.normal(size=(4, 16)).astype(np.float32)
+    tool[0, 0] = np.nan  # kept in the arrays, left out of the figure
+    summary = torch.linspace(-1, 1, 33)
+    with Tracker(store, experiment=experiment) as tracker:
+        tracker.start()
+        path = tracker.log_histograms(10, {"tool": tool, "summary": summary})
+        assert path == "histograms/step_10"
+        assert tracker.log_histograms(10, {"tool": tool}) is None  # already logged
+        with pytest.raises(ValueError, match="segment name"):
+            tracker.log_histograms(11, {"../tool": tool})
+        run_id = tracker.run_id
+    folder = local_artifacts(sqlite_uri(store), run_id) / "histograms" / "step_10"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        COMPLETE_MARKER,
+        "summary.png",
+        "tool.png",
+        "values.npz",
+    ]
+    for png in ("tool.png", "summary.png"):
+        data = (folder / png).read_bytes()
+        assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 5000
+    with np.load(folder / "values.npz") as arrays:
+        assert sorted(arrays.files) == ["summary", "tool"]
+        np.testing.assert_array_equal(arrays["tool"], tool.reshape(-1).astype(np.float64))
+        np.testing.assert_array_equal(arrays["summary"], summary.numpy().astype(np.float64))
+
+
+def test_resume_uploads_again_an_artifact_folder_cut_short(store, experiment, tmp_path):
+    with Tracker(store, experiment=experiment) as first:
+        first.start()
+        first.log_histograms(2, {"tool": np.ones(3)})
+        run_id = first.run_id
+        # a crash in the middle of uploading step 4: files present, no marker
+        partial = tmp_path / "partial"
+        partial.mkdir()
+        (partial / "tool.png").write_bytes(b"half")
+        first.client.log_artifacts(run_id, str(partial), "histograms/step_4")
+    with Tracker(store, experiment=experiment) as second:
+        second.start(resume_run_id=run_id)
+        assert second.log_histograms(2, {"tool": np.zeros(3)}) is None
+        assert second.log_histograms(4, {"tool": np.zeros(3)}) == "histograms/step_4"
+    root = local_artifacts(sqlite_uri(store), run_id) / "histograms"
+    with np.load(root / "step_2" / "values.npz") as arrays:
+        np.testing.assert_array_equal(arrays["tool"], np.ones(3))  # not overwritten
+    assert (root / "step_4" / COMPLETE_MARKER).is_file()
+    assert (root / "step_4" / "tool.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_checkpoints_are_uploaded_per_step(store, experiment, tmp_path):
+    checkpoint = tmp_path / "step_3"
+    (checkpoint / "optimizer").mkdir(parents=True)
+    (checkpoint / "model.safetensors").write_bytes(b"\x00\x01weights")
+    (checkpoint / "optimizer" / "state.pt").write_bytes(b"optimizer")
+    single = tmp_path / "rng.json"
+    single.write_text('{"seed": 1}')
+    with Tracker(store, experiment=experiment) as tracker:
+        tracker.start()
+        assert tracker.log_checkpoint(checkpoint, step=3) == "checkpoints/step_3"
+        assert tracker.log_checkpoint(checkpoint, step=3) is None
+        assert tracker.log_checkpoint(single, step=4) == "checkpoints/step_4"
+        with pytest.raises(FileNotFoundError, match="missing"):
+            tracker.log_checkpoint(tmp_path / "missing", step=5)
+        run_id = tracker.run_id
+    root = local_artifacts(sqlite_uri(store), run_id) / "checkpoints"
+    assert sorted(p.name for p in root.iterdir()) == ["step_3", "step_4"]
+    assert (root / "step_3" / "model.safetensors").read_bytes() == b"\x00\x01weights"
+    assert (root / "step_3" / "optimizer" / "state.pt").read_bytes() == b"optimizer"
+    assert (root / "step_3" / COMPLETE_MARKER).is_file()
+    assert (root / "step_4" / "rng.json").read_text() == '{"seed": 1}'
+
+
+def test_log_model_logs_a_tiny_qwen2_with_explicit_requirements_that_loads_back(store, experiment):
+    from slca.training.tiny import tiny_model, train_tokenizer
+
+    texts = ["What is the weather in Paris?", '<tool_call>{"name": "get_weather"}</tool_call>']
+    tokenizer = train_tokenizer(texts * 20, vocab_size=300)
+    model = tiny_model(tokenizer)
+    with Tracker(store, experiment=experiment) as tracker:
+        tracker.start()
+        uri = tracker.log_model(model, tokenizer)
+        assert tracker.log_model(model, tokenizer) == uri  # once per run and name
+        run_id = tracker.run_id
+        experiment_id = tracker.experiment_id
+    client = MlflowClient(tracking_uri=sqlite_uri(store))
+    models = client.search_logged_models([experiment_id])
+    assert [m.source_run_id for m in models] == [run_id]
+    mlflow.set_tracking_uri(sqlite_uri(store))
+    local = Path(mlflow.artifacts.download_artifacts(uri))
+    assert (local / "model" / "model.safetensors").is_file()
+    requirements = (local / "requirements.txt").read_text().split()
+    assert requirements == default_pip_requirements()
+    assert not any(r.startswith("torchvision") for r in requirements)
+    assert f"torch=={torch.__version__.split('+')[0]}" in requirements
+    loaded = mlflow.transformers.load_model(uri, return_type="components")
+    assert loaded["tokenizer"].encode(texts[1]) == tokenizer.encode(texts[1])
+    original = model.state_dict()
+    for name, tensor in loaded["model"].state_dict().items():
+        torch.testing.assert_close(tensor, original[name], rtol=0, atol=0)
+
+
+def test_leaving_the_block_on_an_error_marks_the_run_failed(store, experiment):
+    with pytest.raises(ZeroDivisionError):
+        with Tracker(store, experiment=experiment) as tracker:
+            tracker.start()
+            run_id = tracker.run_id
+            1 / 0  # noqa: B018
+    assert MlflowClient(tracking_uri=sqlite_uri(store)).get_run(run_id).info.status == "FAILED"
+    assert mlflow.active_run() is None
+    with pytest.raises(RuntimeError, match="start"):
+        tracker.log_metrics({"reward/tool": 1.0}, step=0)
