@@ -45,10 +45,10 @@ def load(name: str, tasks):
         texts = [m.content for t in tasks for m in t.messages]
         tokenizer = train_tokenizer(texts * 4, vocab_size=2048)
         return tiny_model(tokenizer), tokenizer
-    from slca.modeling import load_smollm2
+    from slca.modeling import load_causal_lm
     from slca.rollout.chat import ensure_tool_template
 
-    model, tokenizer = load_smollm2()
+    model, tokenizer = load_causal_lm("smollm2")
     ensure_tool_template(tokenizer)
     return model, tokenizer
 

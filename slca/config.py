@@ -16,6 +16,7 @@ from slca.advantages import TOOL, available_estimators
 from slca.losses import Aggregation
 from slca.rewards.config import RewardConfig
 from slca.segments import DEFAULT_ROUTING, validate_routing
+from slca.training.config import EngineConfig
 
 
 class StrictModel(BaseModel):
@@ -215,6 +216,22 @@ class TrainConfig(StrictModel):
     """Minibatching."""
     rewards: RewardConfig = Field(default_factory=RewardConfig)
     """HierR and the summary scorer."""
+    engine: EngineConfig = Field(default_factory=lambda: EngineConfig(optim={"lr": 1e-5}))
+    """Update engine (torch or DeepSpeed) and optimizer."""
+    init_dir: str = "models/sft"
+    """Checkpoint the policy (and the frozen reference) start from."""
+    in_dir: str = "data/tasks"
+    """Task data (the train split is used)."""
+    out_dir: str = "models/rl"
+    """Final policy, HF format."""
+    checkpoint_dir: str = "checkpoints/rl"
+    """Resumable checkpoints (``step_<k>``)."""
+    tracking_dir: str = "mlflow"
+    """MLflow SQLite store and artifacts (``MLFLOW_TRACKING_URI`` overrides)."""
+    experiment: str = "slca"
+    """MLflow experiment name."""
+    run_name: str | None = None
+    """MLflow run name; default: the estimator's name."""
 
     @model_validator(mode="after")
     def _batches_divide(self) -> TrainConfig:

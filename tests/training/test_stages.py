@@ -1,0 +1,163 @@
+"""The training stages end to end on the tiny model: base model → SFT → RL with MLflow."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from slca.config import TrainConfig
+from slca.data.params import PrepareParams
+from slca.data.prepare import prepare
+from slca.modeling import load_causal_lm
+from slca.training.rl import latest_checkpoint
+from slca.training.stages import BaseModelParams, SFTParams, build_base_model, run_sft, run_train
+
+mlflow = pytest.importorskip("mlflow")
+
+DESIGN_METRICS = [
+    "reward/tool",
+    "reward/sum",
+    "reward/total",
+    "adv/tool_mean",
+    "adv/tool_std",
+    "adv/sum_mean",
+    "adv/sum_std",
+    "adv/zero_group_frac",
+    "actor/pg_loss",
+    "actor/kl",
+    "actor/clipfrac",
+    "actor/entropy",
+    "actor/grad_norm",
+    "rollout/tool_calls_per_task",
+    "rollout/redundant_calls",
+    "sim/invalid_rate",
+    "perf/tokens_per_s",
+    "perf/step_s",
+]
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pipeline")
+    prepare(
+        PrepareParams(
+            sources=["synth"],
+            out_dir=str(root / "data/tasks"),
+            synth={"n_tasks": 40, "domains": ["weather"]},
+        )
+    )
+    build_base_model(
+        BaseModelParams(
+            in_dir=str(root / "data/tasks"),
+            out_dir=str(root / "models/base"),
+            vocab_size=400,
+            hidden_size=32,
+            intermediate_size=64,
+        )
+    )
+    figures = run_sft(
+        SFTParams(
+            base_dir=str(root / "models/base"),
+            in_dir=str(root / "data/tasks"),
+            out_dir=str(root / "models/sft"),
+            epochs=2,
+            max_tasks=8,
+            micro_batch_size=4,
+        )
+    )
+    return root, figures
+
+
+def train_config(root, **over):
+    settings = {
+        "steps": 2,
+        "checkpoint_every": 1,
+        "histogram_every": 1,
+        "init_dir": str(root / "models/sft"),
+        "in_dir": str(root / "data/tasks"),
+        "out_dir": str(root / "models/rl"),
+        "checkpoint_dir": str(root / "ckpt"),
+        "tracking_dir": str(root / "mlflow"),
+        "rollout": {
+            "tasks_per_step": 2,
+            "group_size": 2,
+            "max_new_tokens": 16,
+            "max_turns": 2,
+            "max_total_tokens": 4096,
+        },
+        "update": {"micro_batch_size": 4},
+    }
+    settings.update(over)
+    return TrainConfig.model_validate(settings)
+
+
+def history(root, run_id, key):
+    client = mlflow.tracking.MlflowClient(f"sqlite:///{root / 'mlflow/mlflow.db'}")
+    return [m.step for m in client.get_metric_history(run_id, key)]
+
+
+def test_base_model_and_sft_write_loadable_checkpoints(workspace):
+    root, figures = workspace
+    for name in ("base", "sft"):
+        model, tokenizer = load_causal_lm(root / "models" / name)
+        assert tokenizer.eos_token == "<|im_end|>" and model.config.hidden_size == 32
+    assert figures["sft/last_loss"] < figures["sft/first_loss"]
+
+
+def test_rl_logs_every_metric_histograms_and_checkpoints_to_mlflow(workspace):
+    root, _ = workspace
+    config = train_config(root, tracking_dir=str(root / "mlflow"), experiment="once")
+    run_id = run_train(config)
+    for key in DESIGN_METRICS:
+        assert history(root, run_id, key) == [1, 2], key
+    client = mlflow.tracking.MlflowClient(f"sqlite:///{root / 'mlflow/mlflow.db'}")
+    artifacts = {a.path for a in client.list_artifacts(run_id, "histograms/step_1")}
+    assert {"histograms/step_1/tool.png", "histograms/step_1/values.npz"} <= artifacts
+    assert client.list_artifacts(run_id, "checkpoints/step_2")
+    params = client.get_run(run_id).data.params
+    assert params["algorithm.advantage.estimator"] == "slca" and "git.commit" in params
+    assert load_causal_lm(root / "models/rl")[0].config.hidden_size == 32
+
+
+def test_kill_minus_nine_mid_run_then_resume_continues_the_same_run(workspace, tmp_path):
+    root, _ = workspace
+    config = train_config(
+        root,
+        steps=4,
+        checkpoint_dir=str(tmp_path / "ckpt"),
+        tracking_dir=str(tmp_path / "mlflow"),
+        out_dir=str(tmp_path / "rl"),
+    )
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({"train": config.model_dump(mode="json")}))
+    command = [sys.executable, "-m", "slca.training.stages", "train", "--params", str(params)]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop("MLFLOW_TRACKING_URI", None)  # mlflow exports the last store this process used
+    job = subprocess.Popen(
+        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
+    deadline = time.time() + 240
+    while time.time() < deadline and job.poll() is None:
+        latest = latest_checkpoint(tmp_path / "ckpt")
+        if latest is not None and latest.name >= "step_000002":
+            break
+        time.sleep(0.2)
+    assert job.poll() is None, job.stderr.read().decode()[-2000:]
+    os.killpg(job.pid, signal.SIGKILL)
+    job.wait()
+    killed_at = int(latest_checkpoint(tmp_path / "ckpt").name.split("_")[1])
+    assert killed_at < 4
+    done = subprocess.run(
+        [*command, "--resume"], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    client = mlflow.tracking.MlflowClient(f"sqlite:///{tmp_path / 'mlflow/mlflow.db'}")
+    (experiment,) = [e for e in client.search_experiments() if e.name == "slca"]
+    (run,) = client.search_runs([experiment.experiment_id])
+    steps = [m.step for m in client.get_metric_history(run.info.run_id, "reward/tool")]
+    assert steps == [1, 2, 3, 4]  # one run, each step once, none lost after the checkpoint
+    assert run.info.run_id == done.stdout.strip().splitlines()[-1]
