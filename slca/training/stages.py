@@ -209,6 +209,7 @@ def run_train(
         with io.atomic_dir(config.out_dir) as tmp:
             update.module.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
+        tracker.log_model(update.module, tokenizer)
         return tracker.run_id
 
 

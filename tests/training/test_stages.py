@@ -121,6 +121,10 @@ def test_rl_logs_every_metric_histograms_and_checkpoints_to_mlflow(workspace):
     params = client.get_run(run_id).data.params
     assert params["algorithm.advantage.estimator"] == "slca" and "git.commit" in params
     assert load_causal_lm(root / "models/rl")[0].config.hidden_size == 32
+    (logged,) = mlflow.search_logged_models(
+        experiment_ids=[client.get_run(run_id).info.experiment_id], output_format="list"
+    )
+    assert logged.source_run_id == run_id
 
 
 def test_kill_minus_nine_mid_run_then_resume_continues_the_same_run(workspace, tmp_path):
