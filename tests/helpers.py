@@ -2,6 +2,28 @@
 
 from slca.rollout.engines import Generation
 
+DESIGN_METRICS = (
+    "reward/tool",
+    "reward/sum",
+    "reward/total",
+    "adv/tool_mean",
+    "adv/tool_std",
+    "adv/sum_mean",
+    "adv/sum_std",
+    "adv/zero_group_frac",
+    "actor/pg_loss",
+    "actor/kl",
+    "actor/clipfrac",
+    "actor/entropy",
+    "actor/grad_norm",
+    "rollout/tool_calls_per_task",
+    "rollout/redundant_calls",
+    "sim/invalid_rate",
+    "perf/tokens_per_s",
+    "perf/step_s",
+)
+"""The per-step metrics DESIGN §8 names."""
+
 
 class ScriptedEngine:
     """A policy that answers turn n of the rollout at position p of a generation call

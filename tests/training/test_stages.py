@@ -8,6 +8,7 @@ import time
 
 import pytest
 import yaml
+from helpers import DESIGN_METRICS
 
 from slca.config import TrainConfig
 from slca.data.params import PrepareParams
@@ -17,27 +18,6 @@ from slca.training.rl import latest_checkpoint
 from slca.training.stages import BaseModelParams, SFTParams, build_base_model, run_sft, run_train
 
 mlflow = pytest.importorskip("mlflow")
-
-DESIGN_METRICS = [
-    "reward/tool",
-    "reward/sum",
-    "reward/total",
-    "adv/tool_mean",
-    "adv/tool_std",
-    "adv/sum_mean",
-    "adv/sum_std",
-    "adv/zero_group_frac",
-    "actor/pg_loss",
-    "actor/kl",
-    "actor/clipfrac",
-    "actor/entropy",
-    "actor/grad_norm",
-    "rollout/tool_calls_per_task",
-    "rollout/redundant_calls",
-    "sim/invalid_rate",
-    "perf/tokens_per_s",
-    "perf/step_s",
-]
 
 
 @pytest.fixture(scope="module")
