@@ -262,6 +262,7 @@ class Tracker:
         self.skipped: Counter[str] = Counter()
         """Per metric key, how many (key, step) pairs were skipped as already logged."""
         self._complete: set[str] = set()
+        self._user_env_uri: str | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -305,6 +306,9 @@ class Tracker:
                 "process; end it first"
             )
         self.experiment_id = self._experiment()
+        # mlflow.set_tracking_uri also exports MLFLOW_TRACKING_URI; remember the user's
+        # value so end() can put it back and a later Tracker honours its own directory.
+        self._user_env_uri = os.environ.get("MLFLOW_TRACKING_URI")
         mlflow.set_tracking_uri(self.tracking_uri)
         if resume_run_id is not None:
             try:
@@ -346,6 +350,10 @@ class Tracker:
         else:
             self.client.set_terminated(self.run_id, status)
         self.run_id = None
+        if self._user_env_uri is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = self._user_env_uri
 
     def _require_run(self) -> str:
         if self.run_id is None:

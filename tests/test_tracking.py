@@ -397,3 +397,13 @@ def test_leaving_the_block_on_an_error_marks_the_run_failed(store, experiment):
     assert mlflow.active_run() is None
     with pytest.raises(RuntimeError, match="start"):
         tracker.log_metrics({"reward/tool": 1.0}, step=0)
+
+
+def test_a_finished_tracker_leaves_the_next_one_its_own_store(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    with Tracker(tmp_path / "first", experiment="e") as first:
+        first.start()
+        first.log_metrics({"m": 1.0}, step=1)
+    second = Tracker(tmp_path / "second", experiment="e")
+    assert second.tracking_uri == sqlite_uri(tmp_path / "second")
+    assert "MLFLOW_TRACKING_URI" not in os.environ
