@@ -98,21 +98,35 @@ def token_logprobs(
     *,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    start: int = 1,
 ) -> tuple[Tensor, Tensor | None]:
-    """Log-prob of every token given its prefix, ``(B, T)`` (column 0 is 0), and
-    optionally the entropy of each next-token distribution ``(B, T)``.
+    """Log-prob of every token given its prefix, ``(B, T)``, and optionally the entropy
+    of each next-token distribution ``(B, T)``.
 
-    Right padding needs no position ids: real tokens come first in every row.
+    Only positions ``>= start`` are computed (earlier ones are 0): the output layer runs
+    on the last ``T - start + 1`` hidden states (``logits_to_keep``), which skips the
+    prompt — most of a tool-calling sequence. Right padding needs no position ids:
+    real tokens come first in every row.
     """
-    logits = model(input_ids=input_ids, attention_mask=attention_mask.long()).logits
-    logits = logits[:, :-1].float() / temperature
+    width = input_ids.shape[1]
+    start = max(1, min(start, width))
+    kept = model(
+        input_ids=input_ids, attention_mask=attention_mask.long(), logits_to_keep=width - start + 1
+    ).logits
+    logits = kept[:, :-1].float() / temperature  # predicts tokens start .. T-1
     log_probs = torch.log_softmax(logits, dim=-1)
-    picked = log_probs.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
-    zeros = picked.new_zeros((picked.shape[0], 1))
-    out = torch.cat([zeros, picked], dim=1)
+    picked = log_probs.gather(-1, input_ids[:, start:, None]).squeeze(-1)
+    out = picked.new_zeros(input_ids.shape)
+    out[:, start:] = picked
     entropy = None
     if with_entropy:  # a metric: no graph through the (B, T, V) product
         with torch.no_grad():
-            ent = -(log_probs.exp() * log_probs).sum(-1)
-        entropy = torch.cat([zeros, ent], dim=1)
+            entropy = out.new_zeros(input_ids.shape)
+            entropy[:, start:] = -(log_probs.exp() * log_probs).sum(-1)
     return out, entropy
+
+
+def first_position(mask: Tensor) -> int:
+    """The first column holding a True in any row of ``mask (B, T)`` (T if none)."""
+    columns = mask.any(dim=0).nonzero()
+    return int(columns[0]) if len(columns) else mask.shape[1]

@@ -3,7 +3,7 @@ import torch
 
 from slca.rollout.types import Rollout
 from slca.segments import ENV
-from slca.training.batch import collate, token_logprobs
+from slca.training.batch import collate, first_position, token_logprobs
 from slca.training.tiny import tiny_model, train_tokenizer
 
 
@@ -59,3 +59,17 @@ def test_token_logprobs_with_padding_match_unpadded_rows():
         torch.testing.assert_close(logp[i, : len(row)], alone[0], atol=1e-5, rtol=1e-5)
     assert logp[:, 0].abs().max() == 0 and (entropy[:, 1:] > 0).all()
     assert logp.requires_grad and not entropy.requires_grad
+
+
+def test_logprobs_from_a_start_position_match_the_full_computation():
+    tok = train_tokenizer(["some words to train a tokenizer on, twice"] * 5, vocab_size=300)
+    model = tiny_model(tok, seed=0)
+    ids = torch.tensor([[5, 9, 11, 13, 2, 7], [7, 8, 2, 9, 9, 9]])
+    mask = torch.ones_like(ids, dtype=torch.bool)
+    full, full_entropy = token_logprobs(model, ids, mask, with_entropy=True)
+    part, part_entropy = token_logprobs(model, ids, mask, with_entropy=True, start=3)
+    torch.testing.assert_close(part[:, 3:], full[:, 3:], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(part_entropy[:, 3:], full_entropy[:, 3:], atol=1e-5, rtol=1e-5)
+    assert (part[:, :3] == 0).all()
+    assert first_position(torch.tensor([[0, 0, 1], [0, 1, 0]], dtype=torch.bool)) == 1
+    assert first_position(torch.zeros(2, 4, dtype=torch.bool)) == 4

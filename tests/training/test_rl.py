@@ -192,3 +192,13 @@ def test_kl_without_a_reference_model_is_a_config_error(world, tmp_path):
             simulator=Simulator(),
             checkpoint_dir=tmp_path,
         )
+
+
+def test_a_single_update_per_batch_is_exactly_on_policy(world, tmp_path):
+    # One epoch, one minibatch: the live log-probs are the old ones (no extra pass),
+    # so every ratio is exactly 1 and nothing is clipped.
+    trainer, _, recorder = make(world, tmp_path, steps=1, update={"micro_batch_size": 2})
+    trainer.run()
+    metrics = recorder.metrics[0][1]
+    assert metrics["actor/ratio_mean"] == 1.0 and metrics["actor/clipfrac"] == 0.0
+    assert metrics["actor/grad_norm"] > 0
