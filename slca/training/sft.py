@@ -21,7 +21,7 @@ from slca.data.record import TaskRecord
 from slca.grammar import ToolCall, render_tool_call
 from slca.rollout.chat import END_OF_TURN, ChatRenderer, tool_message
 from slca.simulator import Simulator
-from slca.training.batch import token_logprobs
+from slca.training.batch import first_position, token_logprobs
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ def sft(
                 ids[row, :n] = torch.tensor(example.token_ids)
                 attention[row, :n] = True
                 mask[row, :n] = torch.tensor(example.loss_mask)
-            logp, _ = token_logprobs(model, ids, attention)
+            logp, _ = token_logprobs(model, ids, attention, start=first_position(mask))
             loss = -(logp * mask).sum() / mask.sum().clamp(min=1)
             update.zero_grad()
             update.backward(loss)

@@ -65,7 +65,10 @@ class SFTParams(StrictModel):
     micro_batch_size: int = Field(8, ge=1)
     """Trajectories per optimizer step."""
     max_tasks: int | None = Field(None, ge=1)
-    """Use only the first N train tasks (quick runs)."""
+    """Use only the first N train tasks that fit ``max_tokens`` (quick runs)."""
+    max_tokens: int = Field(2048, ge=64)
+    """Trajectories longer than this are left out (and counted): some real tools'
+    schemas alone run to tens of thousands of tokens."""
     seed: int = 0
     """Shuffling seed."""
     engine: EngineConfig = Field(default_factory=lambda: EngineConfig(optim={"lr": 1e-3}))
@@ -129,9 +132,18 @@ def run_sft(params: SFTParams, progress: Any = None) -> dict[str, float]:
     from slca.training.sft import build_example, sft
 
     model, tokenizer = load_causal_lm(params.base_dir, dtype="float32")
-    tasks = io.load_train_set(params.in_dir)[: params.max_tasks]
     simulator = Simulator()
-    examples = [build_example(task, tokenizer, simulator) for task in tasks]
+    examples, too_long = [], 0
+    for task in io.load_train_set(params.in_dir):
+        example = build_example(task, tokenizer, simulator)
+        if len(example.token_ids) > params.max_tokens:
+            too_long += 1
+            continue
+        examples.append(example)
+        if params.max_tasks is not None and len(examples) == params.max_tasks:
+            break
+    if not examples:
+        raise ValueError(f"sft: no train task fits sft.max_tokens={params.max_tokens}")
     engine = build_engine(model, params.engine)
     losses = sft(
         engine,
@@ -150,6 +162,8 @@ def run_sft(params: SFTParams, progress: Any = None) -> dict[str, float]:
         "sft/first_loss": sum(losses[:window]) / window,
         "sft/last_loss": sum(losses[-window:]) / window,
         "sft/steps": float(len(losses)),
+        "sft/examples": float(len(examples)),
+        "sft/too_long": float(too_long),
     }
 
 
@@ -175,7 +189,11 @@ def run_train(
     if config.algorithm.loss.kl_coef > 0:
         reference, _ = load_causal_lm(config.init_dir, dtype="float32")
         reference.requires_grad_(False)
-    tasks = io.load_train_set(config.in_dir)
+    tasks = fitting_tasks(
+        io.load_train_set(config.in_dir),
+        tokenizer,
+        config.rollout.max_total_tokens - config.rollout.max_new_tokens,
+    )
     update = build_engine(model, config.engine)
     if config.rollout.engine == "vllm":
         from slca.rollout.vllm_engine import VLLMEngine
@@ -211,6 +229,27 @@ def run_train(
             tokenizer.save_pretrained(tmp)
         tracker.log_model(update.module, tokenizer)
         return tracker.run_id
+
+
+def fitting_tasks(tasks: list[Any], tokenizer: Any, max_prompt_tokens: int) -> list[Any]:
+    """The tasks whose rendered prompt leaves room for a turn (some real tools' schemas
+    alone run to tens of thousands of tokens); an error when none does."""
+    from slca.rollout.chat import ChatRenderer
+
+    kept = []
+    for task in tasks:
+        renderer = ChatRenderer(tokenizer, [t.model_dump() for t in task.tools])
+        prompt = renderer.prompt_ids(
+            [{"role": m.role, "content": m.content} for m in task.messages]
+        )
+        if len(prompt) <= max_prompt_tokens:
+            kept.append(task)
+    if not kept:
+        raise ValueError(
+            f"train: no task's prompt fits rollout.max_total_tokens - "
+            f"rollout.max_new_tokens = {max_prompt_tokens} tokens"
+        )
+    return kept
 
 
 def data_hashes(in_dir: str | Path) -> dict[str, str]:

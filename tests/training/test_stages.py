@@ -145,3 +145,15 @@ def test_kill_minus_nine_mid_run_then_resume_continues_the_same_run(workspace, t
     steps = [m.step for m in client.get_metric_history(run.info.run_id, "reward/tool")]
     assert steps == [1, 2, 3, 4]  # one run, each step once, none lost after the checkpoint
     assert run.info.run_id == done.stdout.strip().splitlines()[-1]
+
+
+def test_tasks_whose_prompt_cannot_fit_a_turn_are_left_out(workspace):
+    from slca.data import io
+    from slca.training.stages import fitting_tasks
+
+    root, _ = workspace
+    _, tokenizer = load_causal_lm(root / "models/base")
+    tasks = io.load_train_set(root / "data/tasks")
+    assert fitting_tasks(tasks, tokenizer, 100_000) == tasks
+    with pytest.raises(ValueError, match="no task's prompt fits"):
+        fitting_tasks(tasks, tokenizer, 10)
