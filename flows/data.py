@@ -13,7 +13,7 @@ from tasks.data import prepare_task, validate_task
 
 
 @flow(name="data", validate_parameters=True)
-def data_flow(
+def data(
     params_file: Path = Path("params.yaml"),
     overrides: dict[str, Any] | None = None,
     state_dir: Path = DEFAULT_STATE_DIR,
@@ -28,4 +28,4 @@ def data_flow(
 
 
 if __name__ == "__main__":
-    data_flow()
+    data()

@@ -12,18 +12,18 @@ from typing import Annotated, Any
 from prefect import flow
 from pydantic import Field
 
-from flows.data import data_flow
+from flows.data import data
 from flows.params import DEFAULT_STATE_DIR, Estimator, read_document, section
-from flows.sft import sft_flow
-from flows.simulator_check import simulator_check_flow
-from flows.train import train_config, train_flow
+from flows.sft import sft
+from flows.simulator_check import simulator_check
+from flows.train import train, train_config
 from slca.data.params import PrepareParams, ValidateParams
 from slca.simulator.check import SimulatorCheckParams
 from slca.training.stages import BaseModelParams, SFTParams
 
 
 @flow(name="pipeline", validate_parameters=True)
-def pipeline_flow(
+def pipeline(
     params_file: Path = Path("params.yaml"),
     overrides: dict[str, Any] | None = None,
     state_dir: Path = DEFAULT_STATE_DIR,
@@ -46,11 +46,11 @@ def pipeline_flow(
     for estimator in estimators:
         train_config(document, params_file, estimator)
     shared = {"params_file": params_file, "overrides": overrides, "state_dir": state_dir}
-    data_flow(**shared)
-    simulator_check_flow(**shared)
-    sft_flow(**shared)
-    return {e: train_flow(**shared, estimator=e) for e in dict.fromkeys(estimators)}
+    data(**shared)
+    simulator_check(**shared)
+    sft(**shared)
+    return {e: train(**shared, estimator=e) for e in dict.fromkeys(estimators)}
 
 
 if __name__ == "__main__":
-    pipeline_flow()
+    pipeline()

@@ -13,7 +13,7 @@ from tasks.training import base_model_task, sft_task
 
 
 @flow(name="sft", validate_parameters=True)
-def sft_flow(
+def sft(
     params_file: Path = Path("params.yaml"),
     overrides: dict[str, Any] | None = None,
     state_dir: Path = DEFAULT_STATE_DIR,
@@ -21,10 +21,10 @@ def sft_flow(
     """base_model → sft, from those sections of ``params_file``; returns the SFT losses."""
     document = read_document(params_file, overrides)
     base = section(document, "base_model", BaseModelParams, params_file)
-    sft = section(document, "sft", SFTParams, params_file)
+    sft_params = section(document, "sft", SFTParams, params_file)
     base_model_task(base, str(state_dir))
-    return sft_task(sft, str(state_dir))
+    return sft_task(sft_params, str(state_dir))
 
 
 if __name__ == "__main__":
-    sft_flow()
+    sft()

@@ -13,7 +13,7 @@ from tasks.simulator import simulator_check_task
 
 
 @flow(name="simulator_check", validate_parameters=True)
-def simulator_check_flow(
+def simulator_check(
     params_file: Path = Path("params.yaml"),
     overrides: dict[str, Any] | None = None,
     state_dir: Path = DEFAULT_STATE_DIR,
@@ -25,4 +25,4 @@ def simulator_check_flow(
 
 
 if __name__ == "__main__":
-    simulator_check_flow()
+    simulator_check()

@@ -29,7 +29,7 @@ def train_config(
 
 
 @flow(name="train", validate_parameters=True)
-def train_flow(
+def train(
     params_file: Path = Path("params.yaml"),
     overrides: dict[str, Any] | None = None,
     state_dir: Path = DEFAULT_STATE_DIR,
@@ -42,4 +42,4 @@ def train_flow(
 
 
 if __name__ == "__main__":
-    train_flow()
+    train()

@@ -55,7 +55,7 @@ class Calls:
 def runs(prefect_harness, tmp_path_factory, write_tiny_params):
     from _pytest.monkeypatch import MonkeyPatch
 
-    from flows.pipeline import pipeline_flow
+    from flows.pipeline import pipeline
 
     root = tmp_path_factory.mktemp("pipeline")
     params = write_tiny_params(root)
@@ -72,7 +72,7 @@ def runs(prefect_harness, tmp_path_factory, write_tiny_params):
             return real_step(self)
 
         mp.setattr(slca.training.rl.Trainer, "train_step", fail_on_second_cycle)
-        failed = pipeline_flow(params_file=params, state_dir=state, return_state=True)
+        failed = pipeline(params_file=params, state_dir=state, return_state=True)
         out["failed"] = failed
         out["failed_calls"] = dict(calls.counts)
     out["after_failure"] = snapshot(root)
@@ -80,13 +80,13 @@ def runs(prefect_harness, tmp_path_factory, write_tiny_params):
 
     with MonkeyPatch.context() as mp:
         calls = Calls(mp)
-        out["resumed"] = pipeline_flow(params_file=params, state_dir=state)
+        out["resumed"] = pipeline(params_file=params, state_dir=state)
         out["resumed_calls"] = dict(calls.counts)
     out["after_resume"] = snapshot(root)
 
     with MonkeyPatch.context() as mp:
         calls = Calls(mp)
-        out["again"] = pipeline_flow(params_file=params, state_dir=state)
+        out["again"] = pipeline(params_file=params, state_dir=state)
         out["again_calls"] = dict(calls.counts)
     return out
 
@@ -132,9 +132,43 @@ def test_a_third_run_skips_every_step_and_returns_the_same_runs(runs):
 
 
 def test_an_invalid_params_file_fails_before_any_work(prefect_harness, tmp_path, write_tiny_params):
-    from flows.pipeline import pipeline_flow
+    from flows.pipeline import pipeline
 
     params = write_tiny_params(tmp_path, train={"steps": 0})
     with pytest.raises(ConfigError, match=r"train\.steps: Input should be greater than"):
-        pipeline_flow(params_file=params, state_dir=tmp_path / "state")
+        pipeline(params_file=params, state_dir=tmp_path / "state")
     assert not (tmp_path / "data").exists() and not (tmp_path / "state").exists()
+
+
+@pytest.mark.parametrize(
+    ("call", "named"),
+    [
+        ({"estimators": ["ppo"]}, "estimators"),
+        ({"estimators": []}, "estimators"),
+        ({"overrides": "train.steps=4"}, "overrides"),
+        ({"overrides": {"trian.steps": 4}}, "trian"),
+        ({"overrides": {"train.rollout.engine": "tpu"}}, "train.rollout.engine"),
+        ({"params_file": "missing.yaml"}, "params_file"),
+    ],
+)
+def test_a_missing_or_invalid_parameter_fails_before_any_work_naming_it(
+    prefect_harness, tmp_path, write_tiny_params, call, named
+):
+    from flows.pipeline import pipeline
+
+    params = write_tiny_params(tmp_path)
+    call = {"params_file": params, "state_dir": tmp_path / "state", **call}
+    if call["params_file"] == "missing.yaml":
+        call["params_file"] = tmp_path / "missing.yaml"
+    with pytest.raises(Exception, match=named):
+        pipeline(**call)
+    assert not (tmp_path / "data").exists() and not (tmp_path / "state").exists()
+
+
+def test_train_rejects_an_unknown_estimator_naming_the_parameter(prefect_harness, tmp_path):
+    from prefect.exceptions import ParameterTypeError
+
+    from flows.train import train
+
+    with pytest.raises(ParameterTypeError, match="estimator"):
+        train(params_file=tmp_path / "params.yaml", estimator="ppo")
