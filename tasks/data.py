@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 from typing import Any
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from slca.data.params import PrepareParams, ValidateParams
-from slca.data.prepare import prepare
+from slca.data.prepare import DISTRIBUTIONS, prepare
 from slca.data.validate import validate_dir
 from tasks.steps import Step, as_paths, run_step
 
@@ -17,10 +18,24 @@ class ValidationFailed(RuntimeError):
     """Great Expectations found problems; the message lists them."""
 
 
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "absent"
+
+
 @task(name="prepare", cache_policy=NO_CACHE)
 def prepare_task(params: PrepareParams, state_dir: str) -> dict[str, Any]:
     """Import, check and split the task data; returns the manifest's totals and rejects."""
-    step = Step("prepare", params, inputs=(), outputs=as_paths(params.out_dir), state_dir=state_dir)
+    step = Step(
+        "prepare",
+        params,
+        inputs=(),
+        outputs=as_paths(params.out_dir),
+        state_dir=state_dir,
+        extra=tuple((d, _version(d)) for s in params.sources if (d := DISTRIBUTIONS.get(s))),
+    )
 
     def work() -> dict[str, Any]:
         manifest = prepare(params)

@@ -74,6 +74,8 @@ class Step:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     state_dir: str
+    extra: tuple[tuple[str, str], ...] = ()
+    """Anything else the result depends on (e.g. source package versions)."""
 
     @property
     def record_path(self) -> Path:
@@ -82,13 +84,14 @@ class Step:
         return Path(self.state_dir) / f"{self.name}.{where}.json"
 
     def input_key(self) -> str:
-        """Params, code and inputs: what the step's result depends on."""
+        """Params, code, inputs and extras: what the step's result depends on."""
         return _digest(
             {
                 "step": self.name,
                 "params": self.params.model_dump(mode="json"),
                 "code": code_fingerprint(),
                 "inputs": {p: path_fingerprint(p) for p in self.inputs},
+                "extra": dict(self.extra),
             }
         )
 
