@@ -33,12 +33,12 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m ruff check slca tests benchmarks
-	$(PY) -m ruff format --check -q slca tests benchmarks
+	$(PY) -m ruff check slca tests benchmarks flows tasks
+	$(PY) -m ruff format --check -q slca tests benchmarks flows tasks
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
-	$(PY) -m ruff check slca tests benchmarks
+	$(PY) -m ruff check slca tests benchmarks flows tasks
 
 bench-advantages: $(STAMP)
 	$(PY) benchmarks/advantages.py

@@ -56,3 +56,5 @@ def test_gpu_extra_resolves_with_the_rest_of_slca(tmp_path):
     assert chosen["torch"].startswith("2.14.")
     assert chosen["transformers"].startswith("5.20.")
     assert "deepspeed" in chosen and "great-expectations" in chosen
+    # the flows' Prefect in the same environment as vllm (fastapi: vllm <0.137, prefect 3.9 >=0.139)
+    assert chosen["prefect"].startswith("3.7.")

@@ -1,0 +1,31 @@
+"""The ``data`` flow: prepare the task data, then validate it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import flow
+
+from flows.params import DEFAULT_STATE_DIR, read_document, section
+from slca.data.params import PrepareParams, ValidateParams
+from tasks.data import prepare_task, validate_task
+
+
+@flow(name="data", validate_parameters=True)
+def data(
+    params_file: Path = Path("params.yaml"),
+    overrides: dict[str, Any] | None = None,
+    state_dir: Path = DEFAULT_STATE_DIR,
+) -> dict[str, Any]:
+    """prepare → validate, from the ``prepare`` and ``validate`` sections of ``params_file``."""
+    document = read_document(params_file, overrides)
+    prepare_params = section(document, "prepare", PrepareParams, params_file)
+    validate_params = section(document, "validate", ValidateParams, params_file)
+    summary = prepare_task(prepare_params, str(state_dir))
+    validate_task(validate_params, str(state_dir))
+    return summary
+
+
+if __name__ == "__main__":
+    data()

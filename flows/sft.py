@@ -1,0 +1,30 @@
+"""The ``sft`` flow: build the base model, then the SFT warm start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import flow
+
+from flows.params import DEFAULT_STATE_DIR, read_document, section
+from slca.training.stages import BaseModelParams, SFTParams
+from tasks.training import base_model_task, sft_task
+
+
+@flow(name="sft", validate_parameters=True)
+def sft(
+    params_file: Path = Path("params.yaml"),
+    overrides: dict[str, Any] | None = None,
+    state_dir: Path = DEFAULT_STATE_DIR,
+) -> dict[str, float]:
+    """base_model → sft, from those sections of ``params_file``; returns the SFT losses."""
+    document = read_document(params_file, overrides)
+    base = section(document, "base_model", BaseModelParams, params_file)
+    sft_params = section(document, "sft", SFTParams, params_file)
+    base_model_task(base, str(state_dir))
+    return sft_task(sft_params, str(state_dir))
+
+
+if __name__ == "__main__":
+    sft()

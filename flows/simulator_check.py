@@ -1,0 +1,28 @@
+"""The ``simulator_check`` flow: simulate gold calls and check the responses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import flow
+
+from flows.params import DEFAULT_STATE_DIR, read_document, section
+from slca.simulator.check import SimulatorCheckParams
+from tasks.simulator import simulator_check_task
+
+
+@flow(name="simulator_check", validate_parameters=True)
+def simulator_check(
+    params_file: Path = Path("params.yaml"),
+    overrides: dict[str, Any] | None = None,
+    state_dir: Path = DEFAULT_STATE_DIR,
+) -> dict[str, Any]:
+    """The ``simulator_check`` section of ``params_file``; returns the check's summary."""
+    document = read_document(params_file, overrides)
+    params = section(document, "simulator_check", SimulatorCheckParams, params_file)
+    return simulator_check_task(params, str(state_dir))
+
+
+if __name__ == "__main__":
+    simulator_check()

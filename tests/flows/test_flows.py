@@ -1,0 +1,174 @@
+"""The flows end to end on the tiny configuration, under a Prefect test server.
+
+One pipeline run is made to fail in its first RL run after one checkpointed cycle; the
+re-run must keep every earlier output, skip the completed steps, continue the RL run
+from its checkpoint (same MLflow run) and finish the second one; a third run skips all.
+"""
+
+import json
+
+import pytest
+
+import slca.training.rl
+import tasks.data
+import tasks.training
+from slca.config import ConfigError
+
+mlflow = pytest.importorskip("mlflow")
+
+pytestmark = pytest.mark.slow
+
+
+def snapshot(root):
+    """mtime of every file under root's outputs: any rewrite shows."""
+    return {
+        str(p.relative_to(root)): p.stat().st_mtime_ns
+        for sub in ("data", "models/base", "models/sft")
+        for p in (root / sub).rglob("*")
+        if p.is_file()
+    }
+
+
+class Calls:
+    def __init__(self, monkeypatch):
+        self.counts = {}
+        for module, name in (
+            (tasks.data, "prepare"),
+            (tasks.data, "validate_dir"),
+            (tasks.training, "build_base_model"),
+            (tasks.training, "run_sft"),
+            (tasks.training, "run_train"),
+        ):
+            self._spy(monkeypatch, module, name)
+
+    def _spy(self, monkeypatch, module, name):
+        real = getattr(module, name)
+
+        def spy(*args, **kwargs):
+            self.counts[name] = self.counts.get(name, 0) + 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, spy)
+
+
+@pytest.fixture(scope="module")
+def runs(prefect_harness, tmp_path_factory, write_tiny_params):
+    from _pytest.monkeypatch import MonkeyPatch
+
+    from flows.pipeline import pipeline
+
+    root = tmp_path_factory.mktemp("pipeline")
+    params = write_tiny_params(root)
+    state = root / "state"
+    out = {"root": root}
+
+    with MonkeyPatch.context() as mp:
+        calls = Calls(mp)
+        real_step = slca.training.rl.Trainer.train_step
+
+        def fail_on_second_cycle(self):
+            if self.state.step == 1:
+                raise RuntimeError("injected failure in RL cycle 2")
+            return real_step(self)
+
+        mp.setattr(slca.training.rl.Trainer, "train_step", fail_on_second_cycle)
+        failed = pipeline(params_file=params, state_dir=state, return_state=True)
+        out["failed"] = failed
+        out["failed_calls"] = dict(calls.counts)
+    out["after_failure"] = snapshot(root)
+    out["checkpoints_after_failure"] = sorted(p.name for p in (root / "ckpt/grpo").iterdir())
+
+    with MonkeyPatch.context() as mp:
+        calls = Calls(mp)
+        out["resumed"] = pipeline(params_file=params, state_dir=state)
+        out["resumed_calls"] = dict(calls.counts)
+    out["after_resume"] = snapshot(root)
+
+    with MonkeyPatch.context() as mp:
+        calls = Calls(mp)
+        out["again"] = pipeline(params_file=params, state_dir=state)
+        out["again_calls"] = dict(calls.counts)
+    return out
+
+
+def test_a_failing_task_fails_the_flow_and_keeps_earlier_outputs(runs):
+    assert runs["failed"].is_failed()
+    assert "injected failure in RL cycle 2" in str(runs["failed"].message)
+    # every step before the RL run ran once and completed; the RL run stopped after cycle 1
+    assert runs["failed_calls"] == {
+        "prepare": 1,
+        "validate_dir": 1,
+        "build_base_model": 1,
+        "run_sft": 1,
+        "run_train": 1,
+    }
+    assert runs["checkpoints_after_failure"] == ["step_000001"]
+    assert (runs["root"] / "models/sft/config.json").exists()
+
+
+def test_rerun_skips_completed_steps_and_resumes_the_rl_run(runs):
+    root = runs["root"]
+    # nothing before the RL runs was rewritten, and only the RL runs were called
+    assert runs["after_resume"] == runs["after_failure"]
+    assert runs["resumed_calls"] == {"run_train": 2}
+    client = mlflow.tracking.MlflowClient(f"sqlite:///{root / 'mlflow/mlflow.db'}")
+    grpo, slca_run = (client.get_run(runs["resumed"][e]) for e in ("grpo", "slca"))
+    # the interrupted GRPO run continued: one MLflow run, cycles 1 and 2 once each
+    assert [m.step for m in client.get_metric_history(grpo.info.run_id, "reward/tool")] == [1, 2]
+    assert grpo.data.params["algorithm.advantage.estimator"] == "grpo"
+    assert slca_run.data.params["algorithm.advantage.estimator"] == "slca"
+    # both RL runs start from the same SFT checkpoint and write their own outputs
+    assert grpo.data.params["init_dir"] == slca_run.data.params["init_dir"]
+    assert grpo.data.params["init_dir"] == str(root / "models/sft")
+    for estimator in ("grpo", "slca"):
+        assert (root / "models/rl" / estimator / "config.json").exists()
+    summary = json.loads((root / "data/simcheck/summary.json").read_text())
+    assert summary["simulated"] > 0
+
+
+def test_a_third_run_skips_every_step_and_returns_the_same_runs(runs):
+    assert runs["again_calls"] == {}
+    assert runs["again"] == runs["resumed"]
+
+
+def test_an_invalid_params_file_fails_before_any_work(prefect_harness, tmp_path, write_tiny_params):
+    from flows.pipeline import pipeline
+
+    params = write_tiny_params(tmp_path, train={"steps": 0})
+    with pytest.raises(ConfigError, match=r"train\.steps: Input should be greater than"):
+        pipeline(params_file=params, state_dir=tmp_path / "state")
+    assert not (tmp_path / "data").exists() and not (tmp_path / "state").exists()
+
+
+@pytest.mark.parametrize(
+    ("call", "named"),
+    [
+        ({"estimators": ["ppo"]}, "estimators"),
+        ({"estimators": []}, "estimators"),
+        ({"overrides": "train.steps=4"}, "overrides"),
+        ({"overrides": {"trian.steps": 4}}, "trian"),
+        ({"overrides": {"train.rollout.engine": "tpu"}}, "train.rollout.engine"),
+        ({"params_file": "missing.yaml"}, "params_file"),
+    ],
+)
+def test_a_missing_or_invalid_parameter_fails_before_any_work_naming_it(
+    prefect_harness, tmp_path, write_tiny_params, call, named
+):
+    from flows.pipeline import pipeline
+
+    params = write_tiny_params(tmp_path)
+    call = {"params_file": params, "state_dir": tmp_path / "state", **call}
+    if call["params_file"] == "missing.yaml":
+        call["params_file"] = tmp_path / "missing.yaml"
+    with pytest.raises(Exception, match=named):
+        pipeline(**call)
+    assert not (tmp_path / "data").exists() and not (tmp_path / "state").exists()
+
+
+def test_train_rejects_an_unknown_estimator_naming_the_parameter(prefect_harness, tmp_path):
+    from prefect.exceptions import ParameterTypeError
+
+    from flows.train import train
+
+    with pytest.raises(ParameterTypeError, match="estimator"):
+        train(params_file=tmp_path / "params.yaml", estimator="ppo")
