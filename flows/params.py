@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from slca.advantages import available_estimators
-from slca.config import ConfigError
+from slca.config import ConfigError, parse_section, read_params
 
 #: The params.yaml sections the flows read.
 SECTIONS = ("prepare", "validate", "simulator_check", "base_model", "sft", "train")
@@ -26,35 +24,17 @@ def read_document(params_file: str | Path, overrides: dict[str, Any] | None) -> 
     path = Path(params_file)
     if not path.is_file():
         raise ConfigError(f"params_file: {path} is not a file")
-    try:
-        document = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"params_file: {path}: cannot read YAML: {exc}") from None
-    document = copy.deepcopy(document)
-    for key, value in (overrides or {}).items():
-        parts = key.split(".")
-        if parts[0] not in SECTIONS:
+    for key in overrides or {}:
+        if key.split(".")[0] not in SECTIONS:
             raise ConfigError(
-                f"overrides: {key!r}: unknown section {parts[0]!r}; known: {', '.join(SECTIONS)}"
+                f"overrides: {key!r}: unknown section {key.split('.')[0]!r}; "
+                f"known: {', '.join(SECTIONS)}"
             )
-        node = document
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"overrides: {key!r}: {part!r} is not a mapping")
-        node[parts[-1]] = value
-    return document
+    return read_params(path, overrides)
 
 
 def section(
     document: dict[str, Any], name: str, model: type[Model], params_file: str | Path
 ) -> Model:
     """Validate one section; a bad value raises :class:`ConfigError` naming file and key."""
-    try:
-        return model.model_validate(document.get(name) or {})
-    except ValidationError as exc:
-        lines = [
-            f"{params_file}: {'.'.join([name, *(str(p) for p in e['loc'])])}: {e['msg']}"
-            for e in exc.errors()
-        ]
-        raise ConfigError("\n".join(lines)) from None
+    return parse_section(document, name, model, params_file)

@@ -6,6 +6,8 @@ pydantic descriptions, so ``Model.model_json_schema()`` documents params.yaml.
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -128,34 +130,61 @@ class ConfigError(ValueError):
 Model = TypeVar("Model", bound=BaseModel)
 
 
-def load_section(path: str | Path, section: str, model: type[Model]) -> Model:
-    """Read ``section`` of the YAML file at ``path`` into ``model``, or raise :class:`ConfigError`.
-
-    A missing section gives the model's defaults. Dotted ``section`` names nest
-    (``train.algorithm``), matching DVC's ``-S train.x=y`` overrides.
-    """
+def read_params(path: str | Path, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The YAML document at ``path`` with dotted ``overrides`` applied
+    (``{"train.steps": 4}``, as DVC's ``-S train.steps=4``)."""
     path = Path(path)
     try:
         document = yaml.safe_load(path.read_text()) or {}
     except (OSError, yaml.YAMLError) as exc:
         raise ConfigError(f"{path}: cannot read YAML: {exc}") from exc
+    if not isinstance(document, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections")
+    document = copy.deepcopy(document)
+    for key, value in (overrides or {}).items():
+        *parents, leaf = key.split(".")
+        node = document
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"{path}: override {key!r}: {part!r} is not a mapping")
+        node[leaf] = value
+    return document
+
+
+def parse_section(
+    document: Mapping[str, Any], section: str, model: type[Model], path: str | Path
+) -> Model:
+    """Validate ``section`` (dotted names nest) of a params document into ``model``;
+    a missing section gives the defaults; errors name the file, key and constraint."""
     data: Any = document
     for part in section.split("."):
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: {section}: expected a mapping at {part!r}")
-        data = data.get(part, {})
+        data = data.get(part) or {}
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_describe(path, section, exc)) from None
+        lines = [
+            f"{path}: {'.'.join([section, *(str(p) for p in e['loc'])])}: {e['msg']}"
+            for e in exc.errors()
+        ]
+        raise ConfigError("\n".join(lines)) from None
 
 
-def _describe(path: Path, section: str, exc: ValidationError) -> str:
-    lines = []
-    for error in exc.errors():
-        key = ".".join([section, *(str(p) for p in error["loc"])])
-        lines.append(f"{path}: {key}: {error['msg']}")
-    return "\n".join(lines)
+def load_section(
+    path: str | Path, section: str, model: type[Model], overrides: Mapping[str, Any] | None = None
+) -> Model:
+    """``section`` of the params file at ``path`` (with ``overrides``) as ``model``."""
+    return parse_section(read_params(path, overrides), section, model, path)
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``"train.steps=4"`` → ``("train.steps", 4)``; the value is read as YAML."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise ConfigError(f"override {text!r}: expected key=value (e.g. train.steps=4)")
+    return key.strip(), yaml.safe_load(value)
 
 
 class RolloutConfig(StrictModel):

@@ -67,3 +67,17 @@ def test_every_field_is_documented():
                 walk(annotation)
 
     walk(AlgorithmConfig)
+
+
+def test_dotted_overrides_apply_before_validation_and_are_named_in_errors(tmp_path):
+    from slca.config import parse_override
+
+    path = write(tmp_path, "train:\n  algorithm:\n    advantage:\n      estimator: slca\n")
+    key, value = parse_override("train.algorithm.advantage.estimator=grpo")
+    cfg = load_section(path, "train.algorithm", AlgorithmConfig, {key: value})
+    assert cfg.advantage.estimator == "grpo"
+    assert parse_override("train.steps=4") == ("train.steps", 4)
+    with pytest.raises(ConfigError, match="expected key=value"):
+        parse_override("train.steps")
+    with pytest.raises(ConfigError, match=r"train.algorithm.loss.clip_low: Input should be"):
+        load_section(path, "train.algorithm", AlgorithmConfig, {"train.algorithm.loss.clip_low": 2})

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from slca.config import ConfigError, StrictModel, TrainConfig, load_section
+from slca.config import ConfigError, StrictModel, TrainConfig, load_section, parse_override
 from slca.data import io
 from slca.jsonutil import canonical_json
 from slca.training.config import EngineConfig
@@ -267,14 +267,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("step", choices=["base_model", "sft", "train"])
     parser.add_argument("--params", default="params.yaml")
     parser.add_argument("--resume", action="store_true", help="train: continue the last run")
+    parser.add_argument(
+        "-S",
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a param, as dvc exp run -S (train.steps=4); repeatable",
+    )
     args = parser.parse_args(argv)
     try:
+        overrides = dict(parse_override(text) for text in args.set)
         if args.step == "base_model":
-            print(build_base_model(load_section(args.params, "base_model", BaseModelParams)))
+            params = load_section(args.params, "base_model", BaseModelParams, overrides)
+            print(build_base_model(params))
         elif args.step == "sft":
-            print(run_sft(load_section(args.params, "sft", SFTParams)))
+            print(run_sft(load_section(args.params, "sft", SFTParams, overrides)))
         else:
-            config = load_section(args.params, "train", TrainConfig)
+            config = load_section(args.params, "train", TrainConfig, overrides)
             print(run_train(config, resume=args.resume, data_hashes=data_hashes(config.in_dir)))
     except (ConfigError, ValueError, FileNotFoundError) as exc:
         print(f"{args.step} failed: {exc}", file=sys.stderr)
