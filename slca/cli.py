@@ -1,0 +1,193 @@
+"""The ``slca`` command: the pipeline's flows from a shell.
+
+Each command runs a Prefect flow (ephemeral mode unless ``PREFECT_API_URL`` points at
+a server), so a run from the shell and a run on a work pool are the same code. The
+flows are imported when a command runs: the library (``slca.*``) itself never imports
+Prefect; this module is the composition root that does.
+
+Errors print one line plus a hint; ``--debug`` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from slca.config import ConfigError, parse_override
+
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    help="Segment-Locked Credit Assignment: RL for tool-calling language models.",
+)
+_state = {"debug": False}
+
+ParamsFile = Annotated[Path, typer.Option("--params", help="The params file.")]
+Overrides = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set", "-S", help="Override a param, as `dvc exp run -S`: train.steps=4 (repeatable)."
+    ),
+]
+
+
+@app.callback()
+def main(debug: Annotated[bool, typer.Option(help="Show tracebacks on errors.")] = False) -> None:
+    _state["debug"] = debug
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+
+class _NoTraceback(logging.Filter):
+    """Keep Prefect's run logs but drop the tracebacks they attach (``--debug`` keeps them)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.exc_info, record.exc_text = None, None
+        return True
+
+
+def _quiet_prefect_tracebacks() -> None:
+    import prefect  # noqa: F401  (configures Prefect's loggers)
+
+    names = [n for n in logging.root.manager.loggerDict if n.startswith("prefect")]
+    for logger in [logging.getLogger("prefect"), *map(logging.getLogger, names)]:
+        for handler in logger.handlers:
+            handler.addFilter(_NoTraceback())
+
+
+def _run(call: Any, hint: str) -> Any:
+    if not _state["debug"]:
+        _quiet_prefect_tracebacks()
+    try:
+        return call()
+    except (ConfigError, ValueError, FileNotFoundError, RuntimeError, TypeError) as exc:
+        if _state["debug"]:
+            raise
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        typer.secho(f"error: {first}", fg=typer.colors.RED, err=True)
+        if isinstance(exc, ConfigError):
+            hint = "fix that key in the params file or the -S override"
+        typer.echo(f"hint: {hint} (--debug shows the traceback)", err=True)
+        raise typer.Exit(1) from None
+
+
+def _overrides(items: list[str] | None) -> dict[str, Any]:
+    return dict(parse_override(item) for item in items or [])
+
+
+@app.command()
+def run(params: ParamsFile = Path("params.yaml"), set_: Overrides = None) -> None:
+    """The whole pipeline: data, simulator check, SFT, a GRPO and an SLCA run."""
+    from flows.pipeline import pipeline
+
+    runs = _run(
+        lambda: pipeline(params_file=params, overrides=_overrides(set_)),
+        "check the params file and `make data` / `make test` output",
+    )
+    for estimator, run_id in runs.items():
+        typer.echo(f"{estimator}: MLflow run {run_id}")
+    typer.echo("compare the runs: slca ui")
+
+
+@app.command()
+def data(params: ParamsFile = Path("params.yaml"), set_: Overrides = None) -> None:
+    """prepare + validate the task data."""
+    from flows.data import data as data_flow
+
+    summary = _run(
+        lambda: data_flow(params_file=params, overrides=_overrides(set_)),
+        "the source packages come with `make .venv/.installed`",
+    )
+    typer.echo(f"task data ready: {summary}")
+
+
+@app.command()
+def train(
+    params: ParamsFile = Path("params.yaml"),
+    set_: Overrides = None,
+    estimator: Annotated[str | None, typer.Option(help="grpo, dr_grpo, slca, toolpo, rltr")] = None,
+) -> None:
+    """One RL run from the SFT checkpoint (resumes an interrupted run with the same settings)."""
+    from flows.params import read_document
+    from flows.train import train as train_flow
+    from flows.train import train_config
+
+    def go() -> str:  # settings are checked before any flow run starts
+        overrides = _overrides(set_)
+        train_config(read_document(params, overrides), params, estimator)
+        return train_flow(params_file=params, overrides=overrides, estimator=estimator)
+
+    run_id = _run(go, "the SFT checkpoint comes from `slca run` or `dvc repro sft`")
+    typer.echo(f"MLflow run {run_id}; compare runs: slca ui")
+
+
+@app.command()
+def ui(
+    tracking_dir: Annotated[Path, typer.Option(help="MLflow store directory.")] = Path("mlflow"),
+    mlflow_port: int = 5000,
+    prefect_port: int = 4200,
+    host: Annotated[str, typer.Option(help="Bind address.")] = "127.0.0.1",
+) -> None:
+    """Serve the MLflow UI and the Prefect UI (on 127.0.0.1) until Ctrl-C."""
+    db = (tracking_dir / "mlflow.db").resolve()
+    env = dict(
+        os.environ, PREFECT_SERVER_ANALYTICS_ENABLED="false", MLFLOW_DISABLE_TELEMETRY="true"
+    )
+    bin_dir = Path(sys.executable).parent
+    servers = [
+        subprocess.Popen(
+            [
+                str(bin_dir / "mlflow"),
+                "ui",
+                "--backend-store-uri",
+                f"sqlite:///{db}",
+                "--host",
+                host,
+                "--port",
+                str(mlflow_port),
+            ],
+            env=env,
+            start_new_session=True,
+        ),
+        subprocess.Popen(
+            [
+                str(bin_dir / "prefect"),
+                "server",
+                "start",
+                "--host",
+                host,
+                "--port",
+                str(prefect_port),
+            ],
+            env=env,
+            start_new_session=True,
+        ),
+    ]
+    typer.echo(f"MLflow UI:  http://{host}:{mlflow_port}")
+    typer.echo(f"Prefect UI: http://{host}:{prefect_port}")
+    try:
+        while all(server.poll() is None for server in servers):
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for server in servers:
+            if server.poll() is None:
+                os.killpg(server.pid, signal.SIGINT)
+        for server in servers:
+            try:
+                server.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(server.pid, signal.SIGKILL)
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,45 @@
+"""The `slca` command: its commands, and one-line errors that name the key."""
+
+import pytest
+from typer.testing import CliRunner
+
+from slca.cli import app
+from slca.config import ConfigError
+
+
+@pytest.fixture()
+def runner(monkeypatch, tmp_path):
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "prefect"))
+    return CliRunner()
+
+
+def test_help_lists_the_commands(runner):
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == 0
+    for command in ("run", "data", "train", "ui"):
+        assert command in result.output
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["train", "-S", "train.steps=0"],
+            "train.steps: Input should be greater than or equal to 1",
+        ),
+        (["train", "-S", "train.steps"], "expected key=value"),
+        (["train", "--estimator", "ppo"], "unknown estimator 'ppo'"),
+        (["train", "--params", "nowhere.yaml"], "nowhere.yaml is not a file"),
+    ],
+)
+def test_bad_settings_fail_in_one_line_before_any_work(runner, args, message):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1
+    assert message in result.output
+    assert "Traceback" not in result.output
+    assert "hint:" in result.output
+
+
+def test_debug_shows_the_exception(runner):
+    result = runner.invoke(app, ["--debug", "train", "-S", "train.steps=0"])
+    assert result.exit_code != 0 and isinstance(result.exception, ConfigError)
