@@ -1,5 +1,7 @@
 """Shared test doubles (importable as ``helpers`` via pytest's ``pythonpath``)."""
 
+from pathlib import Path
+
 from slca.rollout.engines import Generation
 
 DESIGN_METRICS = (
@@ -55,3 +57,53 @@ class ScriptedEngine:
 
     def load_weights(self, state_dict):
         self.loaded = state_dict
+
+
+def tiny_params(root: Path) -> dict:
+    """The tiny pipeline configuration: 40 synthetic tasks, a hidden_size=32 model, SFT on
+    8 tasks, 2 RL steps; every path under ``root``. Shared by the stage and flow tests."""
+    return {
+        "prepare": {
+            "sources": ["synth"],
+            "out_dir": str(root / "data/tasks"),
+            "synth": {"n_tasks": 40, "domains": ["weather"]},
+        },
+        "validate": {"in_dir": str(root / "data/tasks"), "report_dir": str(root / "data/val")},
+        "simulator_check": {
+            "in_dir": str(root / "data/tasks"),
+            "report_dir": str(root / "data/simcheck"),
+        },
+        "base_model": {
+            "in_dir": str(root / "data/tasks"),
+            "out_dir": str(root / "models/base"),
+            "vocab_size": 400,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+        },
+        "sft": {
+            "base_dir": str(root / "models/base"),
+            "in_dir": str(root / "data/tasks"),
+            "out_dir": str(root / "models/sft"),
+            "epochs": 2,
+            "max_tasks": 8,
+            "micro_batch_size": 4,
+        },
+        "train": {
+            "steps": 2,
+            "checkpoint_every": 1,
+            "histogram_every": 2,
+            "init_dir": str(root / "models/sft"),
+            "in_dir": str(root / "data/tasks"),
+            "out_dir": str(root / "models/rl"),
+            "checkpoint_dir": str(root / "ckpt"),
+            "tracking_dir": str(root / "mlflow"),
+            "rollout": {
+                "tasks_per_step": 2,
+                "group_size": 2,
+                "max_new_tokens": 16,
+                "max_turns": 2,
+                "max_total_tokens": 4096,
+            },
+            "update": {"micro_batch_size": 4},
+        },
+    }

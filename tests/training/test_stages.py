@@ -8,7 +8,7 @@ import time
 
 import pytest
 import yaml
-from helpers import DESIGN_METRICS
+from helpers import DESIGN_METRICS, tiny_params
 
 from slca.config import TrainConfig
 from slca.data.params import PrepareParams
@@ -23,55 +23,15 @@ mlflow = pytest.importorskip("mlflow")
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):
     root = tmp_path_factory.mktemp("pipeline")
-    prepare(
-        PrepareParams(
-            sources=["synth"],
-            out_dir=str(root / "data/tasks"),
-            synth={"n_tasks": 40, "domains": ["weather"]},
-        )
-    )
-    build_base_model(
-        BaseModelParams(
-            in_dir=str(root / "data/tasks"),
-            out_dir=str(root / "models/base"),
-            vocab_size=400,
-            hidden_size=32,
-            intermediate_size=64,
-        )
-    )
-    figures = run_sft(
-        SFTParams(
-            base_dir=str(root / "models/base"),
-            in_dir=str(root / "data/tasks"),
-            out_dir=str(root / "models/sft"),
-            epochs=2,
-            max_tasks=8,
-            micro_batch_size=4,
-        )
-    )
+    params = tiny_params(root)
+    prepare(PrepareParams(**params["prepare"]))
+    build_base_model(BaseModelParams(**params["base_model"]))
+    figures = run_sft(SFTParams(**params["sft"]))
     return root, figures
 
 
 def train_config(root, **over):
-    settings = {
-        "steps": 2,
-        "checkpoint_every": 1,
-        "histogram_every": 1,
-        "init_dir": str(root / "models/sft"),
-        "in_dir": str(root / "data/tasks"),
-        "out_dir": str(root / "models/rl"),
-        "checkpoint_dir": str(root / "ckpt"),
-        "tracking_dir": str(root / "mlflow"),
-        "rollout": {
-            "tasks_per_step": 2,
-            "group_size": 2,
-            "max_new_tokens": 16,
-            "max_turns": 2,
-            "max_total_tokens": 4096,
-        },
-        "update": {"micro_batch_size": 4},
-    }
-    settings.update(over)
+    settings = {**tiny_params(root)["train"], "histogram_every": 1, **over}
     return TrainConfig.model_validate(settings)
 
 
