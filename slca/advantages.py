@@ -22,6 +22,8 @@ from typing import Literal, Protocol
 import torch
 from torch import Tensor
 
+from slca.registry import Registry
+
 TOOL, SUMMARY = "tool", "summary"
 """The two HierR heads; estimators that treat the tool head specially use this name."""
 
@@ -44,32 +46,20 @@ class Estimator(Protocol):
     ) -> Tensor: ...
 
 
-_REGISTRY: dict[str, Estimator] = {}
+_REGISTRY: Registry[Estimator] = Registry("advantage estimator")
 
 
 def register_advantage(name: str) -> Callable[[Estimator], Estimator]:
     """Register an estimator under ``name``; a second registration of a name is an error."""
-
-    def decorator(fn: Estimator) -> Estimator:
-        if name in _REGISTRY:
-            raise ValueError(f"advantage estimator {name!r} is already registered")
-        _REGISTRY[name] = fn
-        return fn
-
-    return decorator
+    return _REGISTRY.register(name)
 
 
 def available_estimators() -> list[str]:
-    return sorted(_REGISTRY)
+    return _REGISTRY.names()
 
 
 def get_estimator(name: str) -> Estimator:
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown advantage estimator {name!r}; valid: {', '.join(available_estimators())}"
-        ) from None
+    return _REGISTRY.get(name)
 
 
 def compute_advantages(

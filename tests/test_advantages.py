@@ -333,7 +333,7 @@ def test_a_registered_estimator_is_reachable_by_name_only_through_the_registry()
         )
         assert a.tolist() == [[1.0, 0.0]]
     finally:
-        adv_mod._REGISTRY.pop(name, None)
+        adv_mod._REGISTRY.unregister(name)
 
 
 def _inputs():

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from slca.data.record import TaskRecord
+from slca.registry import Registry
 from slca.rewards.config import GroundedConfig, JudgeConfig, RewardModelConfig
 from slca.rollout.types import Rollout
 from slca.simulator.core import is_error
@@ -64,35 +65,21 @@ class SummaryScorer(ABC):
 
 
 Factory = Callable[..., SummaryScorer]
-_REGISTRY: dict[str, Factory] = {}
+_REGISTRY: Registry[Factory] = Registry("summary scorer")
 
 
 def register_summary_scorer(name: str) -> Callable[[Factory], Factory]:
     """Register ``factory(config: SummaryConfig, *, generate=None)`` under ``name``."""
-
-    def decorator(factory: Factory) -> Factory:
-        if name in _REGISTRY:
-            raise ValueError(f"summary scorer {name!r} is already registered")
-        _REGISTRY[name] = factory
-        return factory
-
-    return decorator
+    return _REGISTRY.register(name)
 
 
 def available_summary_scorers() -> list[str]:
-    return sorted(_REGISTRY)
+    return _REGISTRY.names()
 
 
 def build_summary_scorer(config: SummaryConfig, *, generate: Generate | None = None):
     """The scorer ``config.name`` names, built from its settings."""
-    try:
-        factory = _REGISTRY[config.name]
-    except KeyError:
-        raise ValueError(
-            f"unknown summary scorer {config.name!r}; valid: "
-            f"{', '.join(available_summary_scorers())}"
-        ) from None
-    return factory(config, generate=generate)
+    return _REGISTRY.get(config.name)(config, generate=generate)
 
 
 def clean_text(text: str) -> str:
