@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from slca.registry import Registry
+from slca.segments import union_mask
 
 TOOL, SUMMARY = "tool", "summary"
 """The two HierR heads; estimators that treat the tool head specially use this name."""
@@ -191,14 +192,6 @@ def _combined_reward(rewards: Mapping[str, Tensor], weights: Mapping[str, float]
     return sum(weights[head] * r.double() for head, r in rewards.items())
 
 
-def _union(head_masks: Mapping[str, Tensor]) -> Tensor:
-    masks = iter(head_masks.values())
-    union = next(masks).clone()
-    for mask in masks:
-        union |= mask
-    return union
-
-
 def _require_tool_head(name: str, head_masks: Mapping[str, Tensor]) -> Tensor:
     if TOOL not in head_masks:
         raise ValueError(f"estimator {name!r} needs a {TOOL!r} head; got {sorted(head_masks)}")
@@ -212,7 +205,7 @@ def grpo(*, rewards, head_masks, group_index, weights, norm_by_std, eps, **_) ->
     a = group_zscore(
         _combined_reward(rewards, weights), group_index, norm_by_std=norm_by_std, eps=eps
     )
-    return _onto(a, _union(head_masks))
+    return _onto(a, union_mask(head_masks))
 
 
 @register_advantage("dr_grpo")

@@ -258,3 +258,14 @@ def head_masks(
 def encode_kinds(kinds: Sequence[str | None]) -> list[int]:
     """Kind names (None for environment tokens) → codes for :func:`head_masks`."""
     return [ENV if kind is None else KIND_CODE[kind] for kind in kinds]
+
+
+def union_mask(masks: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """The tokens of any head: the trained policy tokens. ``(B, T)`` bool."""
+    if not masks:
+        raise ValueError("no head masks: segments.routing routes no kind to a head")
+    heads = iter(masks.values())
+    union = next(heads).clone()
+    for mask in heads:
+        union |= mask
+    return union

@@ -274,3 +274,12 @@ def test_routing_can_drop_a_kind_and_rejects_unknown_kinds():
         head_masks(codes, {k: v for k, v in DEFAULT_ROUTING.items() if k != "summary"})
     with pytest.raises(ValueError, match="head name or null"):
         head_masks(codes, dict(DEFAULT_ROUTING, summary=3))
+
+
+def test_union_mask_is_every_head_token_and_needs_a_head():
+    from slca.segments import union_mask
+
+    masks = head_masks(torch.tensor([encode_kinds([None, "tool_call", "summary", None])]))
+    assert union_mask(masks).tolist() == [[False, True, True, False]]
+    with pytest.raises(ValueError, match="routes no kind to a head"):
+        union_mask({})

@@ -29,7 +29,7 @@ from slca.losses import policy_loss
 from slca.rewards.score import per_block_rewards, score_batch
 from slca.rollout.engines import Engine, SamplingParams
 from slca.rollout.loop import RolloutLimits, run_rollouts
-from slca.segments import head_masks
+from slca.segments import head_masks, union_mask
 from slca.simulator import Simulator
 from slca.training.batch import Batch, collate, first_position, token_logprobs
 from slca.training.engines import CLIENT_STATE, ENGINE_STATE, UpdateEngine, explain_oom
@@ -152,9 +152,7 @@ class Trainer:
         )
         batch = collate(rollouts, self.tokenizer.pad_token_id)
         masks = head_masks(batch.kind_codes, algorithm.segments.routing)
-        loss_mask = torch.zeros_like(batch.policy_mask)
-        for mask in masks.values():
-            loss_mask |= mask
+        loss_mask = union_mask(masks)
         old, ref = self._reference_logprobs(batch)
         extra = {}
         if algorithm.advantage.granularity == "per_call":
