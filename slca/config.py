@@ -229,6 +229,13 @@ class TrainConfig(StrictModel):
 
     seed: int = 0
     """Seeds task order, sampling and minibatch shuffling."""
+    estimator: str | None = None
+    """Shorthand for ``algorithm.advantage.estimator`` (``dvc exp run -S
+    train.estimator=grpo``); when both are given they must agree. After loading it
+    always equals ``algorithm.advantage.estimator``."""
+    baseline: str = "grpo"
+    """The estimator trained alongside for comparison, from the same SFT checkpoint
+    (DVC stage ``train@baseline``; ``train@method`` uses ``estimator``)."""
     steps: int = Field(20, ge=1)
     """RL steps to run."""
     checkpoint_every: int = Field(5, ge=1)
@@ -261,6 +268,37 @@ class TrainConfig(StrictModel):
     """MLflow experiment name."""
     run_name: str | None = None
     """MLflow run name; default: the estimator's name."""
+    curve_path: str | None = None
+    """If set, a CSV of the per-step learning curves (step, then
+    :data:`slca.tracking.CURVE_METRICS`) written when the run ends, for ``dvc plots``."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _estimator_shorthand(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        data = dict(data)
+        algorithm = data.get("algorithm") or {}
+        if isinstance(algorithm, BaseModel):
+            algorithm = algorithm.model_dump()
+        advantage = dict(algorithm.get("advantage") or {})
+        short, nested = data.get("estimator"), advantage.get("estimator")
+        if short is not None:
+            AdvantageConfig._registered(short)
+        if short is not None and nested is not None and short != nested:
+            raise ValueError(
+                f"estimator={short!r} but algorithm.advantage.estimator={nested!r}; "
+                "give one of them"
+            )
+        chosen = short or nested or AdvantageConfig().estimator
+        data["estimator"] = chosen
+        data["algorithm"] = {**algorithm, "advantage": {**advantage, "estimator": chosen}}
+        return data
+
+    @field_validator("baseline")
+    @classmethod
+    def _baseline_registered(cls, name: str) -> str:
+        return AdvantageConfig._registered(name)
 
     @model_validator(mode="after")
     def _batches_divide(self) -> TrainConfig:

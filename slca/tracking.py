@@ -56,6 +56,7 @@ it is not.
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import operator
@@ -66,7 +67,8 @@ import tempfile
 import time
 import warnings
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -207,6 +209,129 @@ def metric_history(
     client = MlflowClient(tracking_uri=tracking_uri)
     history = client.get_metric_history(run_id, key)
     return [(m.step, m.value) for m in sorted(history, key=lambda m: (m.step, m.timestamp))]
+
+
+#: The per-step metrics a learning-curve file holds (see :func:`write_curves`).
+CURVE_METRICS = (
+    "reward/total",
+    "reward/tool",
+    "reward/sum",
+    "adv/zero_group_frac",
+    "rollout/tool_calls_per_task",
+    "rollout/redundant_calls",
+    "actor/kl",
+)
+
+
+def write_curves(
+    run_id: str,
+    path: str | os.PathLike[str],
+    *,
+    keys: Sequence[str] = CURVE_METRICS,
+    tracking_uri: str | None = None,
+) -> Path:
+    """Write a run's per-step metrics as CSV (one row per step, one column per key;
+    empty where a step has no value), written then renamed."""
+    by_step: dict[int, dict[str, float]] = {}
+    for key in keys:
+        for step, value in metric_history(run_id, key, tracking_uri=tracking_uri):
+            by_step.setdefault(step, {})[key] = value
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["step", *keys])
+        for step in sorted(by_step):
+            writer.writerow([step, *(by_step[step].get(k, "") for k in keys)])
+    os.replace(tmp, path)
+    return path
+
+
+def log_evaluation(
+    directory: str | os.PathLike[str],
+    *,
+    experiment: str,
+    metrics: Mapping[str, float],
+    reports: Sequence[str | os.PathLike[str]],
+    run_id: str | None = None,
+    run_name: str | None = None,
+    tracking_uri: str | None = None,
+) -> str:
+    """Log evaluation metrics (at step 0) and the report files (under ``eval/``) into
+    ``run_id`` — the run that trained the evaluated model — or, without one, into a
+    new run named ``run_name``. Returns the run id."""
+    if run_id is None:
+        with Tracker(directory, experiment=experiment, tracking_uri=tracking_uri) as tracker:
+            tracker.start(run_name=run_name)
+            tracker.client.set_tag(tracker.run_id, "slca.kind", "eval")
+            tracker.log_metrics(metrics, step=0)
+            for report in reports:
+                tracker.client.log_artifact(tracker.run_id, str(report), "eval")
+            return tracker.run_id
+    tracker = Tracker(directory, experiment=experiment, tracking_uri=tracking_uri)
+    try:
+        run = tracker.client.get_run(run_id)
+    except MlflowException as exc:
+        raise ValueError(f"run {run_id!r} not found in {tracker.tracking_uri}") from exc
+    if run.info.experiment_id != tracker._experiment():
+        raise ValueError(f"run {run_id!r} is not in experiment {experiment!r}")
+    now = int(time.time() * 1000)
+    finite = {k: float(v) for k, v in metrics.items() if math.isfinite(float(v))}
+    tracker.client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in finite.items()])
+    for report in reports:
+        tracker.client.log_artifact(run_id, str(report), "eval")
+    return run_id
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What a report needs of one finished run: its params, last metric values and
+    learning curves."""
+
+    run_id: str
+    name: str
+    start_time: int
+    params: dict[str, str]
+    metrics: dict[str, float]
+    curves: dict[str, list[tuple[int, float]]]
+
+
+def experiment_runs(
+    directory: str | os.PathLike[str] = DEFAULT_DIRECTORY,
+    *,
+    experiment: str = "slca",
+    curve_keys: Sequence[str] = CURVE_METRICS,
+    tracking_uri: str | None = None,
+) -> list[RunRecord]:
+    """Every FINISHED run of ``experiment``, oldest first (an empty list when the
+    experiment does not exist)."""
+    uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or sqlite_uri(directory)
+    client = MlflowClient(tracking_uri=uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return []
+    runs = client.search_runs(
+        [found.experiment_id], filter_string="attributes.status = 'FINISHED'", max_results=5000
+    )
+    out = []
+    for run in sorted(runs, key=lambda r: r.info.start_time):
+        curves = {
+            key: metric_history(run.info.run_id, key, tracking_uri=uri)
+            for key in curve_keys
+            if key in run.data.metrics
+        }
+        out.append(
+            RunRecord(
+                run_id=run.info.run_id,
+                name=run.info.run_name or run.info.run_id,
+                start_time=run.info.start_time,
+                params=dict(run.data.params),
+                metrics=dict(run.data.metrics),
+                curves=curves,
+            )
+        )
+    return out
 
 
 def _step(step: Any) -> int:

@@ -106,4 +106,14 @@ def tiny_params(root: Path) -> dict:
             },
             "update": {"micro_batch_size": 4},
         },
+        "evaluate": {
+            "model_dir": str(root / "models/sft"),
+            "in_dir": str(root / "data/tasks"),
+            "report_path": str(root / "reports/eval/sft.json"),
+            "in_domain": {"max_tasks": 6},
+            "max_new_tokens": 16,
+            "max_turns": 2,
+            "max_total_tokens": 4096,
+            "tracking_dir": str(root / "mlflow"),
+        },
     }

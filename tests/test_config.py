@@ -81,3 +81,20 @@ def test_dotted_overrides_apply_before_validation_and_are_named_in_errors(tmp_pa
         parse_override("train.steps")
     with pytest.raises(ConfigError, match=r"train.algorithm.loss.clip_low: Input should be"):
         load_section(path, "train.algorithm", AlgorithmConfig, {"train.algorithm.loss.clip_low": 2})
+
+
+def test_estimator_shorthand_sets_the_advantage_estimator_and_must_agree():
+    from slca.config import TrainConfig
+
+    assert TrainConfig().estimator == TrainConfig().algorithm.advantage.estimator == "slca"
+    short = TrainConfig(estimator="grpo")
+    assert short.algorithm.advantage.estimator == "grpo"
+    assert TrainConfig(**short.model_dump()).estimator == "grpo"  # round trip
+    nested = TrainConfig(algorithm={"advantage": {"estimator": "toolpo"}})
+    assert nested.estimator == "toolpo"
+    with pytest.raises(ValueError, match="give one of them"):
+        TrainConfig(estimator="grpo", algorithm={"advantage": {"estimator": "slca"}})
+    with pytest.raises(ValueError, match="unknown estimator 'nope'"):
+        TrainConfig(estimator="nope")
+    with pytest.raises(ValueError, match="baseline"):
+        TrainConfig(baseline="nope")

@@ -21,6 +21,9 @@ from slca.jsonutil import canonical_json
 from slca.training.config import EngineConfig
 
 MODEL_KINDS = ("tiny", "smollm2", "path")
+#: Written into an RL stage's ``out_dir``: the MLflow run (and experiment) that made the
+#: model, so an evaluation can log into the same run.
+RUN_FILE = "mlflow_run.json"
 
 
 class BaseModelParams(StrictModel):
@@ -180,7 +183,7 @@ def run_train(
     from slca.modeling import load_causal_lm
     from slca.rollout.engines import HFEngine
     from slca.simulator import Simulator
-    from slca.tracking import Tracker
+    from slca.tracking import Tracker, write_curves
     from slca.training.engines import build_engine
     from slca.training.rl import Trainer, latest_checkpoint, read_client_state
 
@@ -227,7 +230,11 @@ def run_train(
         with io.atomic_dir(config.out_dir) as tmp:
             update.module.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
+            run = {"run_id": tracker.run_id, "experiment": config.experiment}
+            (Path(tmp) / RUN_FILE).write_text(json.dumps(run, indent=2) + "\n")
         tracker.log_model(update.module, tokenizer)
+        if config.curve_path is not None:
+            write_curves(tracker.run_id, config.curve_path, tracking_uri=tracker.tracking_uri)
         return tracker.run_id
 
 

@@ -1,0 +1,238 @@
+"""The comparison report: runs of one MLflow experiment as tables and PNG plots.
+
+Runs are grouped into *arms* by what they trained (estimator, per-call granularity,
+summary weight); an evaluation-only run (the SFT model) is its own arm. Within an
+arm, seeds aggregate as mean ± std; for a repeated (arm, seed) only the newest
+finished run counts, so re-running a pipeline replaces rather than adds a seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from slca.tracking import RunRecord
+
+#: (metric key, column title, scale) of the report table, in order.
+COLUMNS = (
+    ("eval/in_domain/success_at_0.9", "Success@0.9 (%)", 100.0),
+    ("eval/in_domain/process", "process", 1.0),
+    ("eval/in_domain/summary", "summary", 1.0),
+    ("eval/in_domain/tool_calls_per_task", "calls/task", 1.0),
+    ("eval/in_domain/redundant_calls_per_task", "redundant/task", 1.0),
+    ("eval/in_domain/no_call_accuracy", "no-call acc", 1.0),
+    ("eval/bfcl/overall", "BFCL (%)", 100.0),
+    ("eval/tau2/overall", "τ² (%)", 100.0),
+    ("reward/total", "final train reward", 1.0),
+)
+
+
+def arm(run: RunRecord) -> str:
+    """The arm a run belongs to: ``slca``, ``slca/per_call``, ``grpo/w_sum=0.5``, ``sft``…"""
+    params = run.params
+    estimator = params.get("algorithm.advantage.estimator")
+    if estimator is None:
+        return run.name.removeprefix("eval-")
+    label = estimator
+    if params.get("algorithm.advantage.granularity") == "per_call":
+        label += "/per_call"
+    weight = params.get("algorithm.advantage.weights.summary")
+    if weight is not None and float(weight) != 1.0:
+        label += f"/w_sum={float(weight):g}"
+    return label
+
+
+@dataclass(frozen=True)
+class ArmSummary:
+    arm: str
+    seeds: list[str]
+    run_ids: list[str]
+    mean: dict[str, float]
+    std: dict[str, float]
+
+
+def summarise(runs: Sequence[RunRecord]) -> list[ArmSummary]:
+    """One summary per arm (in order of first appearance); the newest run per seed."""
+    latest: dict[tuple[str, str], RunRecord] = {}
+    for run in sorted(runs, key=lambda r: r.start_time):
+        latest[(arm(run), run.params.get("seed", "-"))] = run
+    arms: dict[str, list[RunRecord]] = {}
+    for (name, _), run in latest.items():
+        arms.setdefault(name, []).append(run)
+    out = []
+    for name, members in arms.items():
+        mean, std = {}, {}
+        for key in {k for r in members for k in r.metrics}:
+            values = [r.metrics[key] for r in members if key in r.metrics]
+            mean[key] = statistics.fmean(values)
+            std[key] = statistics.stdev(values) if len(values) > 1 else 0.0
+        out.append(
+            ArmSummary(
+                arm=name,
+                seeds=[r.params.get("seed", "-") for r in members],
+                run_ids=[r.run_id for r in members],
+                mean=mean,
+                std=std,
+            )
+        )
+    return out
+
+
+def markdown_table(summaries: Sequence[ArmSummary]) -> str:
+    """Mean ± std per arm; a column appears when some arm has its metric."""
+    columns = [c for c in COLUMNS if any(c[0] in s.mean for s in summaries)]
+    head = ["arm", "seeds", *(title for _, title, _ in columns)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for s in summaries:
+        cells = [s.arm, str(len(s.seeds))]
+        for key, _, scale in columns:
+            if key in s.mean:
+                cells.append(f"{s.mean[key] * scale:.3g} ± {s.std[key] * scale:.2g}")
+            else:
+                cells.append("–")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_curves(runs: Sequence[RunRecord], key: str, path: Path) -> bool:
+    """Per arm, the mean over seeds of ``key`` against the step; False if no run has it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by_arm: dict[str, dict[int, list[float]]] = {}
+    for run in runs:
+        for step, value in run.curves.get(key, []):
+            if math.isfinite(value):
+                by_arm.setdefault(arm(run), {}).setdefault(step, []).append(value)
+    if not by_arm:
+        return False
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, points in sorted(by_arm.items()):
+        steps = sorted(points)
+        means = [statistics.fmean(points[s]) for s in steps]
+        ax.plot(steps, means, label=name)
+        if any(len(points[s]) > 1 for s in steps):
+            spread = [statistics.pstdev(points[s]) for s in steps]
+            ax.fill_between(
+                steps,
+                [m - d for m, d in zip(means, spread)],
+                [m + d for m, d in zip(means, spread)],
+                alpha=0.2,
+            )
+    ax.set_xlabel("step")
+    ax.set_ylabel(key)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
+def plot_eval(summaries: Sequence[ArmSummary], path: Path) -> bool:
+    """Bars of every evaluation column per arm (mean, std as error bars)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    columns = [
+        c for c in COLUMNS if c[0].startswith("eval/") and any(c[0] in s.mean for s in summaries)
+    ]
+    if not columns:
+        return False
+    fig, axes = plt.subplots(1, len(columns), figsize=(3 * len(columns), 3.5), squeeze=False)
+    for ax, (key, title, scale) in zip(axes[0], columns):
+        names = [s.arm for s in summaries if key in s.mean]
+        ax.bar(
+            names,
+            [s.mean[key] * scale for s in summaries if key in s.mean],
+            yerr=[s.std[key] * scale for s in summaries if key in s.mean],
+        )
+        ax.set_title(title)
+        ax.tick_params(axis="x", rotation=45)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
+def write_report(runs: Sequence[RunRecord], out_dir: str | os.PathLike[str], title: str) -> Path:
+    """``report.md`` (table, plots, run ids), ``summary.json`` and the PNG plots in
+    ``out_dir``; returns the markdown file."""
+    if not runs:
+        raise ValueError("report: no finished run to report")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    summaries = summarise(runs)
+    latest = {rid for s in summaries for rid in s.run_ids}
+    kept = [r for r in runs if r.run_id in latest]
+    lines = [f"# {title}\n", markdown_table(summaries)]
+    for key, name in (
+        ("reward/total", "reward_total"),
+        ("reward/tool", "reward_tool"),
+        ("reward/sum", "reward_sum"),
+        ("rollout/redundant_calls", "redundant"),
+    ):
+        if plot_curves(kept, key, out / f"curve_{name}.png"):
+            lines.append(f"![{key}](curve_{name}.png)\n")
+    if plot_eval(summaries, out / "eval.png"):
+        lines.append("![evaluation](eval.png)\n")
+    lines.append("Runs: " + "; ".join(f"{s.arm}: {', '.join(s.run_ids)}" for s in summaries) + "\n")
+    summary = {
+        s.arm: {"seeds": s.seeds, "runs": s.run_ids, "mean": s.mean, "std": s.std}
+        for s in summaries
+    }
+    _atomic_write(out / "summary.json", json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    report = out / "report.md"
+    _atomic_write(report, "\n".join(lines))
+    return report
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def report(
+    tracking_dir: str | os.PathLike[str] = "mlflow",
+    experiment: str = "slca",
+    out_dir: str | os.PathLike[str] = "reports/summary",
+) -> Path:
+    """The report of every finished run of ``experiment`` in the store at ``tracking_dir``."""
+    from slca.tracking import experiment_runs
+
+    runs = experiment_runs(tracking_dir, experiment=experiment)
+    if not runs:
+        raise ValueError(f"report: experiment {experiment!r} has no finished run in {tracking_dir}")
+    return write_report(runs, out_dir, f"slca: experiment {experiment!r}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m slca.eval.report", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--tracking-dir", default="mlflow")
+    parser.add_argument("--experiment", default="slca")
+    parser.add_argument("--out", default="reports/summary")
+    args = parser.parse_args(argv)
+    try:
+        path = report(args.tracking_dir, args.experiment, args.out)
+    except ValueError as exc:
+        print(f"report failed: {exc}", file=sys.stderr)
+        return 1
+    print(path.read_text().split("\n![")[0])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,94 @@
+"""The evaluation step on the tiny pipeline: report files, MLflow, the report CLI."""
+
+import json
+
+import pytest
+from helpers import tiny_params
+
+from slca.config import TrainConfig
+from slca.data import io
+from slca.data.params import PrepareParams
+from slca.data.prepare import prepare
+from slca.eval import report as report_module
+from slca.eval.stages import EvaluateParams, draw, evaluate, main
+from slca.tracking import experiment_runs
+from slca.training.stages import (
+    RUN_FILE,
+    BaseModelParams,
+    SFTParams,
+    build_base_model,
+    run_sft,
+    run_train,
+)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    root = tmp_path_factory.mktemp("eval")
+    params = tiny_params(root)
+    prepare(PrepareParams(**params["prepare"]))
+    build_base_model(BaseModelParams(**params["base_model"]))
+    run_sft(SFTParams(**params["sft"]))
+    config = TrainConfig.model_validate(
+        {**params["train"], "estimator": "grpo", "curve_path": str(root / "curves/grpo.csv")}
+    )
+    run_id = run_train(config)
+    return root, params, run_id
+
+
+def test_draw_is_a_seeded_subset_independent_of_order(trained):
+    root, _, _ = trained
+    tasks = io.read_dataset(root / "data/tasks", ["test"])
+    n = len(tasks) - 1
+    first = draw(tasks, n, seed=1)
+    assert [t.id for t in draw(list(reversed(tasks)), n, seed=1)] == [t.id for t in first]
+    assert len(first) == n and draw(tasks, None, 0) == sorted(tasks, key=lambda t: t.id)
+
+
+def test_train_writes_run_file_and_curves(trained):
+    root, _, run_id = trained
+    assert json.loads((root / "models/rl" / RUN_FILE).read_text())["run_id"] == run_id
+    rows = (root / "curves/grpo.csv").read_text().splitlines()
+    assert rows[0].startswith("step,reward/total,reward/tool")
+    assert [r.split(",")[0] for r in rows[1:]] == ["1", "2"]
+
+
+def test_evaluate_writes_reports_and_logs_into_the_training_run(trained):
+    root, params, run_id = trained
+    settings = {
+        **params["evaluate"],
+        "model_dir": str(root / "models/rl"),
+        "report_path": str(root / "reports/eval/rl.json"),
+    }
+    metrics = evaluate(EvaluateParams.model_validate(settings))
+    saved = json.loads((root / "reports/eval/rl.json").read_text())
+    tests = len(io.read_dataset(root / "data/tasks", ["test"]))
+    assert saved == metrics and saved["in_domain/tasks"] + saved["in_domain/too_long"] == tests
+    lines = (root / "reports/eval/rl.tasks.jsonl").read_text().splitlines()
+    assert len(lines) == saved["in_domain/tasks"]
+    assert {"task_id", "process", "answer"} <= set(json.loads(lines[0]))
+    (trained_run,) = [r for r in experiment_runs(root / "mlflow") if r.run_id == run_id]
+    assert trained_run.metrics["eval/in_domain/process"] == metrics["in_domain/process"]
+
+
+def test_the_sft_model_gets_its_own_run_and_the_report_compares(trained, tmp_path):
+    root, params, _ = trained
+    evaluate(EvaluateParams.model_validate({**params["evaluate"], "run_name": "sft"}))
+    runs = experiment_runs(root / "mlflow")
+    assert {"sft", "grpo"} <= {report_module.arm(r) for r in runs}
+    path = report_module.report(root / "mlflow", "slca", tmp_path / "summary")
+    text = path.read_text()
+    assert "| sft | 1 |" in text and "| grpo |" in text
+    assert (tmp_path / "summary/curve_reward_total.png").exists()
+
+
+def test_errors_name_the_problem(trained, tmp_path, capsys):
+    root, params, _ = trained
+    bad = {**params["evaluate"], "in_domain": {"split": "val", "sources": ["nope"]}}
+    with pytest.raises(ValueError, match=r"no 'val' task .* from sources \['nope'\]"):
+        evaluate(EvaluateParams.model_validate(bad))
+    file = tmp_path / "params.yaml"
+    file.write_text("evaluate:\n  max_turns: 0\n")
+    assert main(["--params", str(file)]) == 1
+    assert "evaluate.max_turns" in capsys.readouterr().err
+    assert report_module.main(["--tracking-dir", str(tmp_path / "none")]) == 1
