@@ -11,7 +11,7 @@ from slca.advantages import available_estimators
 from slca.config import ConfigError, parse_section, read_params
 
 #: The params.yaml sections the flows read.
-SECTIONS = ("prepare", "validate", "simulator_check", "base_model", "sft", "train")
+SECTIONS = ("prepare", "validate", "simulator_check", "base_model", "sft", "train", "evaluate")
 #: Where step records live unless a flow is told otherwise (see tasks/steps.py).
 DEFAULT_STATE_DIR = Path(".slca/flows")
 

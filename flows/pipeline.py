@@ -1,7 +1,7 @@
-"""The ``pipeline`` flow: data → simulator_check → sft → one RL run per estimator.
+"""The ``pipeline`` flow: data → simulator_check → sft → one RL run per estimator →
+evaluation of the SFT model and every RL model → the comparison report.
 
-Every RL run starts from the same SFT checkpoint (GRPO against SLCA by default). The
-evaluation flow joins after the RL runs when the evaluation issue lands.
+Every RL run starts from the same SFT checkpoint (GRPO against SLCA by default).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from prefect import flow
 from pydantic import Field
 
 from flows.data import data
+from flows.evaluate import evaluate, evaluate_params
 from flows.params import DEFAULT_STATE_DIR, Estimator, read_document, section
 from flows.sft import sft
 from flows.simulator_check import simulator_check
@@ -28,8 +29,9 @@ def pipeline(
     overrides: dict[str, Any] | None = None,
     state_dir: Path = DEFAULT_STATE_DIR,
     estimators: Annotated[tuple[Estimator, ...], Field(min_length=1)] = ("grpo", "slca"),
-) -> dict[str, str]:
-    """Every step on ``params_file``; returns the MLflow run id per estimator.
+) -> dict[str, Any]:
+    """Every step on ``params_file``; returns the MLflow run id per estimator and the
+    report's path (``report``).
 
     Every section is validated before the first step runs, so a bad RL setting fails in
     seconds, not after data preparation and SFT.
@@ -43,13 +45,17 @@ def pipeline(
         ("sft", SFTParams),
     ):
         section(document, name, model, params_file)
-    for estimator in estimators:
-        train_config(document, params_file, estimator)
+    configs = {e: train_config(document, params_file, e) for e in dict.fromkeys(estimators)}
+    sft_dir = section(document, "sft", SFTParams, params_file).out_dir
+    evaluate_params(document, params_file, sft_dir, "sft")
     shared = {"params_file": params_file, "overrides": overrides, "state_dir": state_dir}
     data(**shared)
     simulator_check(**shared)
     sft(**shared)
-    return {e: train(**shared, estimator=e) for e in dict.fromkeys(estimators)}
+    runs: dict[str, Any] = {e: train(**shared, estimator=e) for e in configs}
+    models = {"sft": Path(sft_dir), **{e: Path(c.out_dir) for e, c in configs.items()}}
+    runs["report"] = evaluate(**shared, models=models)
+    return runs
 
 
 if __name__ == "__main__":

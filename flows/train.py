@@ -21,7 +21,7 @@ def train_config(
     if estimator is None:
         return config
     data = config.model_dump()
-    data["algorithm"]["advantage"]["estimator"] = estimator
+    data["estimator"] = data["algorithm"]["advantage"]["estimator"] = estimator
     data["out_dir"] = str(Path(config.out_dir) / estimator)
     data["checkpoint_dir"] = str(Path(config.checkpoint_dir) / estimator)
     data["run_name"] = config.run_name or estimator

@@ -1,0 +1,33 @@
+"""Evaluation tasks: one model on the held-out sets; the comparison report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+
+from slca.eval.report import report
+from slca.eval.stages import EvaluateParams, evaluate, tqdm_progress
+from tasks.steps import Step, as_paths, run_step
+
+
+@task(name="evaluate", cache_policy=NO_CACHE)
+def evaluate_task(params: EvaluateParams, state_dir: str) -> dict[str, float]:
+    """Greedy rollouts of ``params.model_dir`` scored; returns the metrics."""
+    step = Step(
+        "evaluate",
+        params,
+        inputs=as_paths(params.model_dir, params.in_dir),
+        outputs=as_paths(params.report_path),
+        state_dir=state_dir,
+    )
+    return run_step(step, lambda: evaluate(params, progress=tqdm_progress()), get_run_logger().info)
+
+
+@task(name="report", cache_policy=NO_CACHE)
+def report_task(tracking_dir: str, experiment: str, out_dir: str) -> str:
+    """The comparison of every finished run of ``experiment``; returns report.md's path."""
+    path = report(tracking_dir, experiment, out_dir)
+    get_run_logger().info(f"report: {path}")
+    return str(Path(path))
