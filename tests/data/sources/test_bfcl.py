@@ -140,3 +140,20 @@ def test_real_package_categories_import():
         counts[cat] = ok
     assert counts["simple_python"] >= 395 and counts["parallel"] >= 195
     assert counts["irrelevance"] >= 200
+
+
+def test_undeclared_argument_is_omitted_when_optional_else_rejected(tmp_path):
+    q = {"id": "multiple_0", "question": [[{"role": "user", "content": "x"}]], "function": [FN]}
+    answers = [
+        {"id": "multiple_0", "ground_truth": [{"spotify.play": {"artist": ["A"], "vol": ["", 3]}}]}
+    ]
+    _write(tmp_path, "multiple", [q], answers)
+    (item,) = list(bfcl.items(["multiple"], tmp_path))
+    assert _build("bfcl", item).gold[0][0].arguments == {"artist": "A"}
+    answers[0]["ground_truth"][0]["spotify.play"]["vol"] = [3]
+    _write(tmp_path, "multiple", [q], answers)
+    (item,) = list(bfcl.items(["multiple"], tmp_path))
+    with pytest.raises(PrepareError) as e:
+        _build("bfcl", item)
+    assert e.value.field == "ground_truth[0].spotify.play.vol"
+    assert "not a parameter of spotify.play" in str(e.value)
