@@ -17,10 +17,17 @@ DEFAULT_REPORT_DIR = Path("reports/summary")
 
 
 def evaluate_params(
-    document: dict[str, Any], params_file: str | Path, model_dir: str | Path, name: str
+    document: dict[str, Any],
+    params_file: str | Path,
+    model_dir: str | Path,
+    name: str,
+    must_exist: bool = True,
 ) -> EvaluateParams:
     """The ``evaluate`` section for one model: report ``<report dir>/<name>.json``, the
-    experiment and store of the ``train`` section, MLflow run name ``name``."""
+    experiment and store of the ``train`` section, MLflow run name ``name``. With
+    ``must_exist``, a missing model directory is an error (checked before any work)."""
+    if must_exist and not Path(model_dir).is_dir():
+        raise FileNotFoundError(f"models.{name}: {model_dir} is not a model directory")
     config = section(document, "evaluate", EvaluateParams, params_file)
     train = section(document, "train", TrainConfig, params_file)
     data = config.model_dump()
@@ -46,9 +53,6 @@ def evaluate(
     MLflow experiment; returns the report's path."""
     document = read_document(params_file, overrides)
     settings = {name: evaluate_params(document, params_file, d, name) for name, d in models.items()}
-    for name, model_dir in models.items():
-        if not Path(model_dir).is_dir():
-            raise FileNotFoundError(f"models.{name}: {model_dir} is not a model directory")
     for params in settings.values():
         evaluate_task(params, str(state_dir))
     train = section(document, "train", TrainConfig, params_file)

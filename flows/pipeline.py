@@ -47,7 +47,7 @@ def pipeline(
         section(document, name, model, params_file)
     configs = {e: train_config(document, params_file, e) for e in dict.fromkeys(estimators)}
     sft_dir = section(document, "sft", SFTParams, params_file).out_dir
-    evaluate_params(document, params_file, sft_dir, "sft")
+    evaluate_params(document, params_file, sft_dir, "sft", must_exist=False)
     shared = {"params_file": params_file, "overrides": overrides, "state_dir": state_dir}
     data(**shared)
     simulator_check(**shared)

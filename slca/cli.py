@@ -85,16 +85,20 @@ def _overrides(items: list[str] | None) -> dict[str, Any]:
 
 @app.command()
 def run(params: ParamsFile = Path("params.yaml"), set_: Overrides = None) -> None:
-    """The whole pipeline: data, simulator check, SFT, a GRPO and an SLCA run."""
+    """The whole pipeline: data, simulator check, SFT, a GRPO and an SLCA run, their
+    evaluation and the comparison report."""
     from flows.pipeline import pipeline
 
     runs = _run(
         lambda: pipeline(params_file=params, overrides=_overrides(set_)),
         "check the params file and `make data` / `make test` output",
     )
+    report = Path(runs.pop("report"))
     for estimator, run_id in runs.items():
         typer.echo(f"{estimator}: MLflow run {run_id}")
-    typer.echo("compare the runs: slca ui")
+    typer.echo(report.read_text().split("\n![")[0])
+    typer.echo(f"report and plots: {report}")
+    typer.echo(f"open the MLflow UI: {Path(sys.executable).parent / 'slca'} ui")
 
 
 @app.command()
@@ -127,6 +131,51 @@ def train(
 
     run_id = _run(go, "the SFT checkpoint comes from `slca run` or `dvc repro sft`")
     typer.echo(f"MLflow run {run_id}; compare runs: slca ui")
+
+
+@app.command(name="eval")
+def eval_(
+    params: ParamsFile = Path("params.yaml"),
+    set_: Overrides = None,
+    model: Annotated[
+        list[str] | None,
+        typer.Option(help="NAME=DIR of a model to evaluate (repeatable); default: sft=models/sft"),
+    ] = None,
+) -> None:
+    """Evaluate models on the held-out sets (in-domain, BFCL, τ²), then write the report."""
+    from flows.evaluate import evaluate, evaluate_params
+    from flows.params import read_document
+
+    def go() -> str:  # settings and model directories are checked before any flow run
+        models = {}
+        for item in model or ["sft=models/sft"]:
+            name, sep, directory = item.partition("=")
+            if not sep or not name or not directory:
+                raise ValueError(f"--model {item!r}: expected NAME=DIR (e.g. sft=models/sft)")
+            models[name] = Path(directory)
+        document = read_document(params, _overrides(set_))
+        for name, directory in models.items():
+            evaluate_params(document, params, directory, name)
+        return evaluate(models=models, params_file=params, overrides=_overrides(set_))
+
+    path = _run(go, "train a model first: `slca run` or `dvc repro sft`")
+    typer.echo(f"report: {path}")
+
+
+@app.command()
+def report(
+    tracking_dir: Annotated[Path, typer.Option(help="MLflow store directory.")] = Path("mlflow"),
+    experiment: Annotated[str, typer.Option(help="MLflow experiment.")] = "slca",
+    out: Annotated[Path, typer.Option(help="Report directory.")] = Path("reports/summary"),
+) -> None:
+    """Tables and PNG plots comparing the runs of an MLflow experiment."""
+    from slca.eval.report import report as write
+
+    path = _run(
+        lambda: write(tracking_dir, experiment, out), "run `slca run` or `slca train` first"
+    )
+    typer.echo(path.read_text().split("\n![")[0])
+    typer.echo(f"report: {path}")
 
 
 @app.command()

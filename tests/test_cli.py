@@ -16,7 +16,7 @@ def runner(monkeypatch, tmp_path):
 def test_help_lists_the_commands(runner):
     result = runner.invoke(app, ["--help"])
     assert result.exit_code == 0
-    for command in ("run", "data", "train", "ui"):
+    for command in ("run", "data", "train", "eval", "report", "ui"):
         assert command in result.output
 
 
@@ -30,6 +30,10 @@ def test_help_lists_the_commands(runner):
         (["train", "-S", "train.steps"], "expected key=value"),
         (["train", "--estimator", "ppo"], "unknown estimator 'ppo'"),
         (["train", "--params", "nowhere.yaml"], "nowhere.yaml is not a file"),
+        (["eval", "--model", "sft"], "expected NAME=DIR"),
+        (["eval", "--model", "x=/nowhere"], "models.x: /nowhere is not a model directory"),
+        (["eval", "--model", "x=.", "-S", "evaluate.max_turns=0"], "evaluate.max_turns"),
+        (["report", "--tracking-dir", "/nowhere"], "no MLflow store at /nowhere"),
     ],
 )
 def test_bad_settings_fail_in_one_line_before_any_work(runner, args, message):

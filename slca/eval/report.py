@@ -211,6 +211,11 @@ def report(
     """The report of every finished run of ``experiment`` in the store at ``tracking_dir``."""
     from slca.tracking import experiment_runs
 
+    if (
+        not os.environ.get("MLFLOW_TRACKING_URI")
+        and not (Path(tracking_dir) / "mlflow.db").exists()
+    ):
+        raise ValueError(f"report: no MLflow store at {tracking_dir} (mlflow.db is missing)")
     runs = experiment_runs(tracking_dir, experiment=experiment)
     if not runs:
         raise ValueError(f"report: experiment {experiment!r} has no finished run in {tracking_dir}")

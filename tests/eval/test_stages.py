@@ -92,3 +92,4 @@ def test_errors_name_the_problem(trained, tmp_path, capsys):
     assert main(["--params", str(file)]) == 1
     assert "evaluate.max_turns" in capsys.readouterr().err
     assert report_module.main(["--tracking-dir", str(tmp_path / "none")]) == 1
+    assert not (tmp_path / "none").exists()  # reading a report creates no store
