@@ -48,7 +48,10 @@ def test_task_to_record():
     assert r.messages[0].content == "POLICY"
     assert "Where is order #W1?" in r.messages[1].content and "Ann" in r.messages[1].content
     # the user's own action is the agent's to make (τ² solo mode), so it is gold too
-    assert [[c.name for c in s] for s in r.gold] == [["get_order_details"], ["toggle_airplane_mode"]]
+    assert [[c.name for c in s] for s in r.gold] == [
+        ["get_order_details"],
+        ["toggle_airplane_mode"],
+    ]
     assert r.facts == {"nl_assertions": ["Agent says it shipped."]}
 
 

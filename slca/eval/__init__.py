@@ -1,0 +1,1 @@
+"""Evaluation: in-domain, BFCL and τ²-bench scoring."""
