@@ -24,10 +24,11 @@ Real implementations:
   database, built fresh per task and brought to the task's initial state
   exactly as τ²'s own evaluator does (``set_state``), then the task's expected
   actions executed in order. User-side actions (telecom's device) run on the
-  real environment, to keep its state faithful, but are not compared: the
-  agent cannot call them. The simulator gets the τ² tools as the task importer
-  builds them (:func:`slca.data.sources.tau2.tool_specs`): OpenAI schemas plus a
-  response schema derived from each tool's pydantic return type.
+  real environment, to keep its state faithful, but are not compared: τ² is
+  evaluated on its real environments (:mod:`slca.eval.tau2`), not the
+  simulator. The simulator gets the τ² tools as the task importer builds them
+  (:func:`slca.data.sources.tau2.tool_specs`): OpenAI schemas plus a response
+  schema derived from each tool's pydantic return type.
 - **BFCL multi-turn backends** (``bfcl-eval``): the executable Python classes
   (GorillaFileSystem, MathAPI, …), loaded by :func:`load_bfcl_class`, one fresh
   instance per task loaded with the task's ``initial_config``; the ground-truth

