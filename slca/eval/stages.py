@@ -15,9 +15,9 @@ import random
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from slca.config import ConfigError, StrictModel, load_section, parse_override
 from slca.data import io
@@ -36,6 +36,39 @@ class InDomainSet(StrictModel):
     """Only tasks of these sources (e.g. ``[synth]``); null keeps every source."""
     max_tasks: int | None = Field(200, ge=1)
     """A seeded subset of this many tasks; null evaluates the whole split."""
+
+
+class BfclSet(StrictModel):
+    categories: list[str] = Field(
+        default_factory=lambda: [
+            "simple_python", "multiple", "parallel", "parallel_multiple",
+            "irrelevance", "live_simple", "live_multiple",
+        ]
+    )  # fmt: skip
+    """BFCL v4 single-turn categories (see slca.eval.bfcl.CATEGORIES)."""
+    max_per_category: int = Field(10, ge=0)
+    """A seeded subset per category; 0 skips BFCL."""
+
+    @field_validator("categories")
+    @classmethod
+    def _known(cls, categories: list[str]) -> list[str]:
+        from slca.eval.bfcl import CATEGORIES
+
+        unknown = sorted(set(categories) - set(CATEGORIES))
+        if unknown:
+            raise ValueError(f"unknown BFCL categories {unknown}; valid: {', '.join(CATEGORIES)}")
+        return categories
+
+
+class Tau2Set(StrictModel):
+    domains: list[Literal["airline", "retail", "telecom"]] = Field(
+        default_factory=lambda: ["airline", "retail", "telecom"]
+    )
+    """τ²-bench domains."""
+    max_per_domain: int = Field(5, ge=0)
+    """A seeded subset per domain; 0 skips τ²."""
+    max_turns: int = Field(8, ge=1)
+    """Policy turns per task (τ² tasks take several tool steps)."""
 
 
 class EvaluateParams(StrictModel):
@@ -58,6 +91,10 @@ class EvaluateParams(StrictModel):
     turn are left out and counted (``<set>/too_long``)."""
     generation_batch_size: int = Field(32, ge=1)
     """Rollouts generated together."""
+    bfcl: BfclSet = Field(default_factory=lambda: BfclSet())
+    """BFCL v4 (official checker)."""
+    tau2: Tau2Set = Field(default_factory=lambda: Tau2Set())
+    """τ²-bench on its real environments."""
     rewards: RewardConfig = Field(default_factory=lambda: RewardConfig(mode="process"))
     """The scorer (process mode: against gold)."""
     tracking_dir: str | None = "mlflow"
@@ -82,63 +119,46 @@ def evaluate(params: EvaluateParams, progress: Progress | None = None) -> dict[s
     """Evaluate ``params.model_dir``; writes the report and returns its metrics."""
     import torch
 
-    from slca.eval.in_domain import in_domain_metrics
     from slca.modeling import load_causal_lm
-    from slca.rewards.score import score_batch
     from slca.rollout.engines import HFEngine, SamplingParams
     from slca.rollout.loop import RolloutLimits, run_rollouts
-    from slca.simulator import Simulator
     from slca.training.stages import RUN_FILE
 
     torch.manual_seed(params.seed)
     model, tokenizer = load_causal_lm(params.model_dir, dtype="float32")
     engine = HFEngine(model, tokenizer, batch_size=params.generation_batch_size)
     sampling = SamplingParams(max_new_tokens=params.max_new_tokens, temperature=0.0)
-    limits = RolloutLimits(max_turns=params.max_turns, max_total_tokens=params.max_total_tokens)
     budget = params.max_total_tokens - params.max_new_tokens
 
-    split = params.in_domain
-    pool = [
-        t
-        for t in io.read_dataset(params.in_dir, [split.split])
-        if split.sources is None or t.source in split.sources
-    ]
-    if not pool:
-        raise ValueError(
-            f"evaluate: no {split.split!r} task in {params.in_dir}"
-            + (f" from sources {split.sources}" if split.sources else "")
+    def rollouts(name: str, tasks: list[TaskRecord], simulator: Any, max_turns: int) -> list:
+        """One greedy rollout per task."""
+        return run_rollouts(
+            tasks,
+            engine=engine,
+            tokenizer=tokenizer,
+            simulator=simulator,
+            group_size=1,
+            sampling=sampling,
+            limits=RolloutLimits(max_turns=max_turns, max_total_tokens=params.max_total_tokens),
+            progress=None if progress is None else progress(name, len(tasks)),
         )
-    drawn = draw(pool, split.max_tasks, params.seed)
-    tasks = _fitting(drawn, tokenizer, budget)
-    metrics: dict[str, float] = {"in_domain/too_long": float(len(drawn) - len(tasks))}
+
+    metrics: dict[str, float] = {}
     lines: list[dict[str, Any]] = []
-    if tasks:
-        with Simulator(seed=params.seed) as simulator:
-            rollouts = run_rollouts(
-                tasks,
-                engine=engine,
-                tokenizer=tokenizer,
-                simulator=simulator,
-                group_size=1,
-                sampling=sampling,
-                limits=limits,
-                progress=None if progress is None else progress("in_domain", len(tasks)),
-            )
-        breakdowns = score_batch(rollouts, tasks, params.rewards)
-        metrics.update(in_domain_metrics(breakdowns))
-        lines += [
-            {
-                "set": "in_domain",
-                "task_id": t.id,
-                "process": b.tool,
-                "summary": b.summary_raw,
-                "calls": b.n_calls,
-                "redundant": b.redundant_calls,
-                "finish": r.finish_reason,
-                "answer": r.summary[:500],
-            }
-            for t, r, b in zip(tasks, rollouts, breakdowns)
-        ]
+    sets = (
+        ("in_domain", _in_domain_tasks(params), _score_in_domain),
+        ("bfcl", _bfcl_tasks(params), _score_bfcl),
+        ("tau2", _tau2_tasks(params), _score_tau2),
+    )
+    for name, drawn, scorer in sets:
+        if not drawn:
+            continue
+        tasks = _fitting(drawn, tokenizer, budget)
+        metrics[f"{name}/too_long"] = float(len(drawn) - len(tasks))
+        if tasks:
+            set_metrics, set_lines = scorer(params, tasks, rollouts)
+            metrics.update(set_metrics)
+            lines += [{"set": name, **line} for line in set_lines]
     report = Path(params.report_path)
     per_task = report.with_name(report.stem + ".tasks.jsonl")
     io.atomic_write_text(
@@ -159,6 +179,103 @@ def evaluate(params: EvaluateParams, progress: Progress | None = None) -> dict[s
             run_name=params.run_name or f"eval-{Path(params.model_dir).name}",
         )
     return metrics
+
+
+def _in_domain_tasks(params: EvaluateParams) -> list[TaskRecord]:
+    split = params.in_domain
+    pool = [
+        t
+        for t in io.read_dataset(params.in_dir, [split.split])
+        if split.sources is None or t.source in split.sources
+    ]
+    if not pool:
+        raise ValueError(
+            f"evaluate: no {split.split!r} task in {params.in_dir}"
+            + (f" from sources {split.sources}" if split.sources else "")
+        )
+    return draw(pool, split.max_tasks, params.seed)
+
+
+def _eval_tasks(params: EvaluateParams, source: str, groups: list[str], n: int) -> list[TaskRecord]:
+    """``n`` tasks of each group (BFCL category / τ² domain) of ``source``'s eval records."""
+    if n == 0 or not groups:
+        return []
+    pool = [t for t in io.read_dataset(params.in_dir, ["eval"]) if t.source == source]
+    drawn = []
+    for group in groups:
+        members = [t for t in pool if t.domain == group]
+        if not members:
+            raise ValueError(f"evaluate.{source}: no eval task of {group!r} in {params.in_dir}")
+        drawn += draw(members, n, params.seed)
+    return drawn
+
+
+def _bfcl_tasks(params: EvaluateParams) -> list[TaskRecord]:
+    return _eval_tasks(params, "bfcl", params.bfcl.categories, params.bfcl.max_per_category)
+
+
+def _tau2_tasks(params: EvaluateParams) -> list[TaskRecord]:
+    return _eval_tasks(params, "tau2", params.tau2.domains, params.tau2.max_per_domain)
+
+
+def _score_in_domain(params: EvaluateParams, tasks: list[TaskRecord], rollouts: Any):
+    from slca.eval.in_domain import in_domain_metrics
+    from slca.rewards.score import score_batch
+    from slca.simulator import Simulator
+
+    with Simulator(seed=params.seed) as simulator:
+        done = rollouts("in_domain", tasks, simulator, params.max_turns)
+    breakdowns = score_batch(done, tasks, params.rewards)
+    lines = [
+        {
+            "task_id": t.id,
+            "process": b.tool,
+            "summary": b.summary_raw,
+            "calls": b.n_calls,
+            "redundant": b.redundant_calls,
+            "finish": r.finish_reason,
+            "answer": r.summary[:500],
+        }
+        for t, r, b in zip(tasks, done, breakdowns)
+    ]
+    return in_domain_metrics(breakdowns), lines
+
+
+def _score_bfcl(params: EvaluateParams, tasks: list[TaskRecord], rollouts: Any):
+    """BFCL's single-turn categories judge the first turn's calls: one policy turn."""
+    from slca.eval import bfcl
+    from slca.simulator import Simulator
+
+    with Simulator(seed=params.seed) as simulator:
+        done = rollouts("bfcl", tasks, simulator, 1)
+    verdicts = [bfcl.check_rollout(t, r) for t, r in zip(tasks, done)]
+    lines = [
+        {"task_id": t.id, "valid": v.valid, "error_type": v.error_type}
+        for t, v in zip(tasks, verdicts)
+    ]
+    return bfcl.accuracy(verdicts), lines
+
+
+def _score_tau2(params: EvaluateParams, tasks: list[TaskRecord], rollouts: Any):
+    """Calls run on τ²'s real environments; τ²'s evaluators give the reward."""
+    from slca.eval import tau2
+
+    with tau2.Tau2Executor() as executor:
+        done = rollouts("tau2", tasks, executor, params.tau2.max_turns)
+    results = [
+        tau2.score(
+            t,
+            [(c.name, c.arguments) for c in r.calls],
+            r.summary,
+            finished=r.finish_reason == "stop",
+        )
+        for t, r in zip(tasks, done)
+    ]
+    lines = [
+        {"task_id": t.id, "reward": res.reward, "calls": len(r.calls), "finish": r.finish_reason}
+        for t, r, res in zip(tasks, done, results)
+    ]
+    return tau2.accuracy((t.id, res) for t, res in zip(tasks, results)), lines
 
 
 def _fitting(tasks: list[TaskRecord], tokenizer: Any, budget: int) -> list[TaskRecord]:
