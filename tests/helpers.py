@@ -111,6 +111,8 @@ def tiny_params(root: Path) -> dict:
             "in_dir": str(root / "data/tasks"),
             "report_path": str(root / "reports/eval/sft.json"),
             "in_domain": {"max_tasks": 6},
+            "bfcl": {"max_per_category": 0},  # the tiny data has no eval records
+            "tau2": {"max_per_domain": 0},
             "max_new_tokens": 16,
             "max_turns": 2,
             "max_total_tokens": 4096,
