@@ -1,4 +1,5 @@
-"""The ``train`` flow: one RL stage (rollout → score → update cycles) from the SFT model."""
+"""The ``train`` flow: one RL stage from the SFT model, each cycle's rollout, score and
+update as tasks (the trainer and its model stay in this process between them)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from prefect import flow
 
 from flows.params import DEFAULT_STATE_DIR, Estimator, read_document, section
 from slca.config import TrainConfig
-from tasks.training import train_task
+from slca.training.stages import data_hashes, training_session
+from tasks.training import rollout_task, score_task, train_done_task, train_plan_task, update_task
 
 
 def train_config(
@@ -38,7 +40,15 @@ def train(
     """The ``train`` section of ``params_file`` (optionally for one ``estimator``);
     returns the MLflow run id."""
     config = train_config(read_document(params_file, overrides), params_file, estimator)
-    return train_task(config, str(state_dir))
+    plan = train_plan_task(config, str(state_dir))
+    if plan["run_id"] is not None:
+        return plan["run_id"]
+    hashes = data_hashes(config.in_dir)
+    with training_session(config, resume=plan["resume"], data_hashes=hashes) as trainer:
+        while not trainer.done:
+            sampled = rollout_task(trainer)
+            update_task(trainer, sampled, score_task(trainer, sampled))
+    return train_done_task(config, str(state_dir), trainer.state.run_id)
 
 
 if __name__ == "__main__":

@@ -26,9 +26,10 @@ from slca.advantages import compute_advantages
 from slca.config import TrainConfig
 from slca.data.record import TaskRecord
 from slca.losses import policy_loss
-from slca.rewards.score import per_block_rewards, score_batch
+from slca.rewards.score import RewardBreakdown, per_block_rewards, score_batch
 from slca.rollout.engines import Engine, SamplingParams
 from slca.rollout.loop import RolloutLimits, run_rollouts
+from slca.rollout.types import Rollout
 from slca.segments import head_masks, union_mask
 from slca.simulator import Simulator
 from slca.training.batch import Batch, collate, first_position, token_logprobs
@@ -57,6 +58,18 @@ class TrainerState:
     """All optimizer steps skipped so far."""
     run_id: str | None = None
     """The tracking run this training writes to (resume continues it)."""
+
+
+@dataclass
+class Sampled:
+    """One step's rollouts and what the step's metrics need of their sampling."""
+
+    tasks: list[TaskRecord]
+    rollouts: list[Rollout]
+    started: float
+    """``time.perf_counter()`` when sampling began (the step's wall clock starts there)."""
+    rollout_s: float
+    simulator_metrics: dict[str, float]
 
 
 class TaskSampler:
@@ -112,19 +125,34 @@ class Trainer:
     def run(self, *, resume: bool = False) -> TrainerState:
         if resume:
             self.restore()
-        while self.state.step < self.config.steps:
-            metrics = self.train_step()
-            if self.tracker is not None:
-                self.tracker.log_metrics(metrics, step=self.state.step)
-            if self.progress is not None:
-                self.progress(self.state.step, metrics)
-            last = self.state.step == self.config.steps
-            if last or self.state.step % self.config.checkpoint_every == 0:
-                self.checkpoint()
+        while not self.done:
+            self.end_step(self.train_step())
         return self.state
 
+    @property
+    def done(self) -> bool:
+        return self.state.step >= self.config.steps
+
     def train_step(self) -> dict[str, float]:
-        cfg, algorithm = self.config, self.config.algorithm
+        """One cycle: :meth:`sample` → :meth:`score` → :meth:`learn` (an orchestrator,
+        e.g. a Prefect flow, may call the three itself, one task each)."""
+        sampled = self.sample()
+        return self.learn(sampled, self.score(sampled))
+
+    def end_step(self, metrics: dict[str, float]) -> None:
+        """Log a finished step's metrics, report progress, checkpoint when due."""
+        if self.tracker is not None:
+            self.tracker.log_metrics(metrics, step=self.state.step)
+        if self.progress is not None:
+            self.progress(self.state.step, metrics)
+        last = self.state.step == self.config.steps
+        if last or self.state.step % self.config.checkpoint_every == 0:
+            self.checkpoint()
+
+    def sample(self) -> Sampled:
+        """The next step's tasks and their ``group_size`` rollouts each (with the
+        current weights). Changes no trainer state: a failed call can be retried."""
+        cfg = self.config
         started = time.perf_counter()
         step = self.state.step + 1
         tasks = self.sampler.take(self.state.tasks_drawn, cfg.rollout.tasks_per_step)
@@ -146,10 +174,28 @@ class Trainer:
                 max_turns=cfg.rollout.max_turns, max_total_tokens=cfg.rollout.max_total_tokens
             ),
         )
-        rollout_s = time.perf_counter() - started
-        scores = score_batch(
-            rollouts, self.tasks_by_id, cfg.rewards, summary_scorer=self.summary_scorer
+        return Sampled(
+            tasks,
+            rollouts,
+            started,
+            time.perf_counter() - started,
+            self.simulator.stats.as_metrics(),
         )
+
+    def score(self, sampled: Sampled) -> list[RewardBreakdown]:
+        """HierR of every rollout (asks the summary scorer: a judge may be remote)."""
+        return score_batch(
+            sampled.rollouts,
+            self.tasks_by_id,
+            self.config.rewards,
+            summary_scorer=self.summary_scorer,
+        )
+
+    def learn(self, sampled: Sampled, scores: Sequence[RewardBreakdown]) -> dict[str, float]:
+        """Advantages, the policy update, and the step's metrics; advances the step."""
+        cfg, algorithm = self.config, self.config.algorithm
+        tasks, rollouts, started = sampled.tasks, sampled.rollouts, sampled.started
+        step = self.state.step + 1
         batch = collate(rollouts, self.tokenizer.pad_token_id)
         masks = head_masks(batch.kind_codes, algorithm.segments.routing)
         loss_mask = union_mask(masks)
@@ -201,9 +247,9 @@ class Trainer:
             "rollout/turns": _mean(len(r.turns) for r in rollouts),
             "rollout/policy_tokens": float(batch.policy_mask.sum()),
             "rollout/finished_frac": _mean(r.finish_reason == "stop" for r in rollouts),
-            **self.simulator.stats.as_metrics(),
+            **sampled.simulator_metrics,
             "perf/step_s": elapsed,
-            "perf/rollout_s": rollout_s,
+            "perf/rollout_s": sampled.rollout_s,
             "perf/update_s": time.perf_counter() - update_started,
             "perf/tokens_per_s": batch.n_tokens / elapsed,
         }

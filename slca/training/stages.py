@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -180,6 +182,25 @@ def run_train(
     """The RL stage: policy and frozen reference from ``init_dir``, MLflow tracking,
     checkpoints; ``resume`` continues the newest checkpoint and its MLflow run.
     Writes the final policy to ``out_dir`` and returns the MLflow run id."""
+    with training_session(
+        config, resume=resume, progress=progress, data_hashes=data_hashes
+    ) as trainer:
+        trainer.run()
+    return trainer.state.run_id
+
+
+@contextmanager
+def training_session(
+    config: TrainConfig,
+    *,
+    resume: bool = False,
+    progress: Any = None,
+    data_hashes: dict[str, str] | None = None,
+) -> Iterator[Any]:
+    """A ready :class:`~slca.training.rl.Trainer` (restored from the newest checkpoint
+    when ``resume``) inside its MLflow run. Run its steps, whole or phase by phase; on a
+    normal exit the final policy goes to ``out_dir`` (written then renamed), the model
+    and the learning curves to MLflow. An exception leaves checkpoints for a resume."""
     from slca.modeling import load_causal_lm
     from slca.rollout.engines import HFEngine
     from slca.simulator import Simulator
@@ -226,7 +247,13 @@ def run_train(
             progress=progress,
             run_id=tracker.run_id,
         )
-        trainer.run(resume=checkpoint is not None)
+        if checkpoint is not None:
+            trainer.restore()
+        yield trainer
+        if not trainer.done:
+            raise RuntimeError(
+                f"train: the session ended at step {trainer.state.step} of {config.steps}"
+            )
         with io.atomic_dir(config.out_dir) as tmp:
             update.module.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
@@ -235,7 +262,6 @@ def run_train(
         tracker.log_model(update.module, tokenizer)
         if config.curve_path is not None:
             write_curves(tracker.run_id, config.curve_path, tracking_uri=tracker.tracking_uri)
-        return tracker.run_id
 
 
 def fitting_tasks(tasks: list[Any], tokenizer: Any, max_prompt_tokens: int) -> list[Any]:

@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+import flows.train
 import slca.training.rl
 import tasks.data
 import tasks.training
@@ -37,7 +38,7 @@ class Calls:
             (tasks.data, "validate_dir"),
             (tasks.training, "build_base_model"),
             (tasks.training, "run_sft"),
-            (tasks.training, "run_train"),
+            (flows.train, "training_session"),
         ):
             self._spy(monkeypatch, module, name)
 
@@ -64,14 +65,14 @@ def runs(prefect_harness, tmp_path_factory, write_tiny_params):
 
     with MonkeyPatch.context() as mp:
         calls = Calls(mp)
-        real_step = slca.training.rl.Trainer.train_step
+        real_learn = slca.training.rl.Trainer.learn
 
-        def fail_on_second_cycle(self):
+        def fail_on_second_cycle(self, sampled, scores):
             if self.state.step == 1:
                 raise RuntimeError("injected failure in RL cycle 2")
-            return real_step(self)
+            return real_learn(self, sampled, scores)
 
-        mp.setattr(slca.training.rl.Trainer, "train_step", fail_on_second_cycle)
+        mp.setattr(slca.training.rl.Trainer, "learn", fail_on_second_cycle)
         failed = pipeline(params_file=params, state_dir=state, return_state=True)
         out["failed"] = failed
         out["failed_calls"] = dict(calls.counts)
@@ -100,7 +101,7 @@ def test_a_failing_task_fails_the_flow_and_keeps_earlier_outputs(runs):
         "validate_dir": 1,
         "build_base_model": 1,
         "run_sft": 1,
-        "run_train": 1,
+        "training_session": 1,
     }
     assert runs["checkpoints_after_failure"] == ["step_000001"]
     assert (runs["root"] / "models/sft/config.json").exists()
@@ -110,7 +111,7 @@ def test_rerun_skips_completed_steps_and_resumes_the_rl_run(runs):
     root = runs["root"]
     # nothing before the RL runs was rewritten, and only the RL runs were called
     assert runs["after_resume"] == runs["after_failure"]
-    assert runs["resumed_calls"] == {"run_train": 2}
+    assert runs["resumed_calls"] == {"training_session": 2}
     client = mlflow.tracking.MlflowClient(f"sqlite:///{root / 'mlflow/mlflow.db'}")
     grpo, slca_run = (client.get_run(runs["resumed"][e]) for e in ("grpo", "slca"))
     # the interrupted GRPO run continued: one MLflow run, cycles 1 and 2 once each
@@ -172,3 +173,32 @@ def test_train_rejects_an_unknown_estimator_naming_the_parameter(prefect_harness
 
     with pytest.raises(ParameterTypeError, match="estimator"):
         train(params_file=tmp_path / "params.yaml", estimator="ppo")
+
+
+def test_each_rl_cycle_runs_as_rollout_score_and_update_tasks(runs):
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    from flows.train import train
+
+    root = runs["root"]
+    state = train(
+        params_file=root / "params.yaml",
+        state_dir=root / "state",
+        estimator="dr_grpo",
+        return_state=True,
+    )
+    assert state.is_completed()
+
+    async def task_names():
+        async with get_client() as client:
+            flow_run = FlowRunFilter(id=FlowRunFilterId(any_=[state.state_details.flow_run_id]))
+            return sorted(
+                r.name.rsplit("-", 1)[0]
+                for r in await client.read_task_runs(flow_run_filter=flow_run)
+            )
+
+    names = asyncio.run(task_names())
+    assert names == sorted(["train-plan", "train-done", *["rollout", "score", "update"] * 2]), names
