@@ -17,6 +17,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 PREFECT = [sys.executable, "-m", "prefect"]
@@ -126,3 +127,22 @@ def test_deploy_from_prefect_yaml_and_run_on_a_process_worker(server, tmp_path, 
     assert manifest["totals"]["train"] > 0 and manifest["sources"] == ["synth"]
     assert (tmp_path / "data/val").is_dir()
     assert "database is locked" not in (tmp_path / "worker.log").read_text()
+
+
+def test_every_deployment_points_at_a_flow_its_parameters_fit():
+    import importlib
+
+    document = yaml.safe_load((REPO / "prefect.yaml").read_text())
+    seen = set()
+    for deployment in document["deployments"]:
+        path, name = deployment["entrypoint"].split(":")
+        module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
+        flow = getattr(module, name)
+        flow.validate_parameters(deployment.get("parameters") or {})  # raises on a misfit
+        assert deployment["work_pool"]["name"] in ("cpu", "gpu")
+        seen.add((flow.name, deployment["work_pool"]["name"]))
+    flows = {"data", "simulator_check", "sft", "train", "evaluate", "pipeline"}
+    assert seen == {(f, pool) for f in flows for pool in ("cpu", "gpu")}
+    evaluate = importlib.import_module("flows.evaluate").evaluate
+    with pytest.raises(Exception, match="models"):  # the check can fail
+        evaluate.validate_parameters({"models": {}})
