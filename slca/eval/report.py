@@ -31,6 +31,7 @@ COLUMNS = (
     ("eval/bfcl/overall", "BFCL (%)", 100.0),
     ("eval/tau2/overall", "τ² (%)", 100.0),
     ("reward/total", "final train reward", 1.0),
+    ("actor/grad_cos_tool_sum", "grad cos(tool, sum)", 1.0),
 )
 
 

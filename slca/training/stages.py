@@ -293,6 +293,24 @@ def data_hashes(in_dir: str | Path) -> dict[str, str]:
     return {f"tasks.{k}": v for k, v in json.loads(manifest.read_text())["content_sha256"].items()}
 
 
+def progress_bar(desc: str, total: int | None = None) -> Any:
+    """A tqdm bar (stderr) for the ``progress(step, figures)`` hooks of SFT and RL: the
+    step count, and the loss (SFT) or the tool and summary rewards (RL)."""
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=total, desc=desc, unit="step")
+
+    def update(step: int, figures: Any) -> None:
+        if isinstance(figures, dict):
+            shown = {k.split("/")[-1]: f"{figures[k]:.3f}" for k in ("reward/tool", "reward/sum")}
+            bar.set_postfix(shown, refresh=False)
+        else:
+            bar.set_postfix(loss=f"{figures:.3f}", refresh=False)
+        bar.update(step - bar.n)
+
+    return update
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m slca.training.stages", description=__doc__.splitlines()[0]
@@ -315,10 +333,13 @@ def main(argv: list[str] | None = None) -> int:
             params = load_section(args.params, "base_model", BaseModelParams, overrides)
             print(build_base_model(params))
         elif args.step == "sft":
-            print(run_sft(load_section(args.params, "sft", SFTParams, overrides)))
+            params = load_section(args.params, "sft", SFTParams, overrides)
+            print(run_sft(params, progress=progress_bar("sft")))
         else:
             config = load_section(args.params, "train", TrainConfig, overrides)
-            print(run_train(config, resume=args.resume, data_hashes=data_hashes(config.in_dir)))
+            hashes = data_hashes(config.in_dir)
+            bar = progress_bar(f"train {config.estimator}", total=config.steps)
+            print(run_train(config, resume=args.resume, progress=bar, data_hashes=hashes))
     except (ConfigError, ValueError, FileNotFoundError) as exc:
         print(f"{args.step} failed: {exc}", file=sys.stderr)
         return 1

@@ -1,0 +1,198 @@
+"""The credit benchmark: grpo, slca, toolpo and rltr from one SFT checkpoint, at the
+same rollout budget, over seeds, each evaluated; all runs in one MLflow experiment.
+
+    .venv/bin/python benchmarks/credit/run.py                  # docs/results.md's figures
+    .venv/bin/python benchmarks/credit/run.py --seeds 0 --methods grpo slca --steps 4  # quick
+
+Every run is the pipeline's own RL stage and evaluation step, launched as their DVC
+commands (``python -m slca.training.stages train`` / ``python -m slca.eval.stages``)
+with ``-S`` overrides of params.yaml: same SFT checkpoint (``train.init_dir``), same
+steps × tasks_per_step × group_size (the rollout budget), same evaluation tasks (drawn
+from the evaluation seed, not the run's). Only the estimator (and the ablations'
+granularity or summary weight) and the seed differ. Runs go two at a time, one torch
+thread each. The SFT model is evaluated too (arm ``sft``). Then the report
+(slca.eval.report) is written to ``--out`` and one advantage histogram per segment of
+each method (seed 0, last histogram step) is copied beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+METHODS = ("grpo", "slca", "toolpo", "rltr")
+
+
+def jobs(args: argparse.Namespace) -> list[dict]:
+    out = []
+    for seed in args.seeds:
+        for method in args.methods:
+            out.append({"name": f"{method}-s{seed}", "estimator": method, "seed": seed})
+    if args.ablations:
+        for seed in args.seeds:
+            out.append(
+                {
+                    "name": f"slca_per_call-s{seed}",
+                    "estimator": "slca",
+                    "seed": seed,
+                    "extra": ["train.algorithm.advantage.granularity=per_call"],
+                }
+            )
+        for weight in args.summary_weights:
+            out.append(
+                {
+                    "name": f"slca_wsum{weight:g}-s{args.seeds[0]}",
+                    "estimator": "slca",
+                    "seed": args.seeds[0],
+                    "extra": [
+                        "train.algorithm.advantage.weights="
+                        + json.dumps({"tool": 1.0, "summary": weight})
+                    ],
+                }
+            )
+    return out
+
+
+def run_job(job: dict, args: argparse.Namespace) -> tuple[str, int, float]:
+    work = args.work / job["name"]
+    log = args.work / f"{job['name']}.log"
+    train = [
+        sys.executable, "-m", "slca.training.stages", "train", "--params", str(args.params),
+        "-S", f"train.estimator={job['estimator']}",
+        "-S", f"train.seed={job['seed']}",
+        "-S", f"train.init_dir={args.init}",
+        "-S", f"train.out_dir={work / 'model'}",
+        "-S", f"train.checkpoint_dir={work / 'checkpoints'}",
+        "-S", f"train.tracking_dir={args.tracking_dir}",
+        "-S", f"train.experiment={args.experiment}",
+        "-S", f"train.run_name={job['name']}",
+    ]  # fmt: skip
+    if args.steps is not None:
+        train += ["-S", f"train.steps={args.steps}"]
+    for item in job.get("extra", []):
+        train += ["-S", item]
+    evaluate = evaluate_command(args, work / "model", job["name"])
+    return _chain(job["name"], [train, evaluate], log, work)
+
+
+def evaluate_command(args: argparse.Namespace, model: Path, name: str) -> list[str]:
+    command = [
+        sys.executable, "-m", "slca.eval.stages", "--params", str(args.params),
+        "-S", f"evaluate.model_dir={model}",
+        "-S", f"evaluate.report_path={args.work / (name + '.eval.json')}",
+        "-S", f"evaluate.tracking_dir={args.tracking_dir}",
+        "-S", f"evaluate.experiment={args.experiment}",
+        "-S", f"evaluate.run_name={name}",
+    ]  # fmt: skip
+    if not args.eval_benchmarks:  # the tiny model's context holds no τ² prompt
+        command += [
+            "-S",
+            "evaluate.bfcl.max_per_category=0",
+            "-S",
+            "evaluate.tau2.max_per_domain=0",
+        ]
+    return command
+
+
+def _chain(name: str, commands: list[list[str]], log: Path, work: Path) -> tuple[str, int, float]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    env.pop("MLFLOW_TRACKING_URI", None)
+    started = time.perf_counter()
+    shutil.rmtree(work, ignore_errors=True)
+    with log.open("w") as handle:
+        for command in commands:
+            done = subprocess.run(
+                command, cwd=REPO, env=env, stdout=handle, stderr=subprocess.STDOUT
+            )
+            if done.returncode != 0:
+                return name, done.returncode, time.perf_counter() - started
+    return name, 0, time.perf_counter() - started
+
+
+def copy_histograms(args: argparse.Namespace) -> list[Path]:
+    """Seed 0's last advantage histograms of each method, beside the report."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{(args.tracking_dir / 'mlflow.db').resolve()}")
+    experiment = client.get_experiment_by_name(args.experiment)
+    copied = []
+    for method in args.methods:
+        name = f"{method}-s{args.seeds[0]}"
+        runs = client.search_runs(
+            [experiment.experiment_id],
+            filter_string=f"attributes.run_name = '{name}' and attributes.status = 'FINISHED'",
+            order_by=["attributes.start_time DESC"],
+            max_results=1,
+        )
+        if not runs:
+            continue
+        steps = client.list_artifacts(runs[0].info.run_id, "histograms")
+        if not steps:
+            continue
+        last = max(steps, key=lambda f: int(f.path.rsplit("_", 1)[1]))
+        local = Path(client.download_artifacts(runs[0].info.run_id, last.path))
+        for png in sorted(local.glob("*.png")):
+            target = args.out / f"hist_{method}_{png.stem}.png"
+            shutil.copyfile(png, target)
+            copied.append(target)
+    return copied
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--params", type=Path, default=REPO / "params.yaml")
+    parser.add_argument("--init", type=Path, default=REPO / "models/sft")
+    parser.add_argument("--methods", nargs="+", default=list(METHODS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=None, help="default: params.yaml's")
+    parser.add_argument("--no-ablations", dest="ablations", action="store_false")
+    parser.add_argument("--summary-weights", nargs="+", type=float, default=[0.5, 2.0])
+    parser.add_argument("--eval-benchmarks", action="store_true", help="also BFCL and τ²")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--work", type=Path, default=REPO / "benchmarks/credit/work")
+    parser.add_argument("--tracking-dir", type=Path, default=REPO / "benchmarks/credit/mlflow")
+    parser.add_argument("--experiment", default="credit")
+    parser.add_argument("--out", type=Path, default=REPO / "docs/results")
+    args = parser.parse_args(argv)
+    args.work.mkdir(parents=True, exist_ok=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    if not (args.init / "config.json").exists():
+        print(f"no SFT model at {args.init}: run `dvc repro sft` first", file=sys.stderr)
+        return 1
+
+    started = time.perf_counter()
+    sft_eval = ("sft", [evaluate_command(args, args.init, "sft")])
+    with ThreadPoolExecutor(args.workers) as pool:
+        futures = [
+            pool.submit(_chain, sft_eval[0], sft_eval[1], args.work / "sft.log", args.work / "sft")
+        ]
+        futures += [pool.submit(run_job, job, args) for job in jobs(args)]
+        results = []
+        for future in futures:
+            name, code, seconds = future.result()
+            results.append((name, code, seconds))
+            print(
+                f"{name}: {'ok' if code == 0 else f'FAILED ({code})'} in {seconds:.0f} s",
+                flush=True,
+            )
+
+    from slca.eval.report import report
+
+    path = report(args.tracking_dir, args.experiment, args.out)
+    copied = copy_histograms(args)
+    total = time.perf_counter() - started
+    print(path.read_text().split("\n![")[0])
+    print(f"report: {path}; {len(copied)} histograms; {total / 60:.1f} min in all")
+    return 0 if all(code == 0 for _, code, _ in results) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
