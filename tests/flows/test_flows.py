@@ -202,3 +202,25 @@ def test_each_rl_cycle_runs_as_rollout_score_and_update_tasks(runs):
 
     names = asyncio.run(task_names())
     assert names == sorted(["train-plan", "train-done", *["rollout", "score", "update"] * 2]), names
+
+
+def test_cli_eval_and_report_on_the_pipeline_models(runs, monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    from slca.cli import app
+
+    root = runs["root"]
+    monkeypatch.chdir(tmp_path)  # the report directory is relative
+    runner = CliRunner()
+    result = runner.invoke(
+        app,
+        ["eval", "--params", str(root / "params.yaml"), "--model", f"sft={root / 'models/sft'}"],
+    )
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "reports/summary/report.md").exists()
+    result = runner.invoke(
+        app, ["report", "--tracking-dir", str(root / "mlflow"), "--out", str(tmp_path / "r")]
+    )
+    assert result.exit_code == 0, result.output
+    for arm in ("| sft |", "| grpo |", "| slca |"):
+        assert arm in result.output
