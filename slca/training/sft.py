@@ -42,14 +42,13 @@ def reference_summary(task: TaskRecord) -> str:
 def poor_summary(task: TaskRecord) -> str:
     """A fluent answer that omits every fact value: what a careless summariser writes.
 
-    It names what was looked up, so it reads like an answer, but states no value, so
-    the grounded scorer gives it no coverage. Tasks without facts keep the reference
-    answer (there is nothing to omit).
+    It reads like an answer but states nothing (not even the fact keys, which can hold
+    values such as ``EUR/GBP``), so the grounded scorer gives it no coverage. Tasks
+    without facts keep the reference answer (there is nothing to omit).
     """
     if not task.facts:
         return reference_summary(task)
-    topics = ", ".join(key.replace(".", " ") for key in task.facts)
-    return f"I looked up {topics} for you; the tools answered, so that is done."
+    return "I looked that up for you; the tools answered, so that is done."
 
 
 def summary_for(task: TaskRecord, poor_frac: float, seed: int) -> Callable[[TaskRecord], str]:

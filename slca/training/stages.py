@@ -204,8 +204,13 @@ def run_train(
     if config.algorithm.loss.kl_coef > 0:
         reference, _ = load_causal_lm(config.init_dir, dtype="float32")
         reference.requires_grad_(False)
+    tasks = io.load_train_set(config.in_dir)
+    if config.sources is not None:
+        tasks = [t for t in tasks if t.source in config.sources]
+        if not tasks:
+            raise ValueError(f"train: no train task from train.sources={config.sources}")
     tasks = fitting_tasks(
-        io.load_train_set(config.in_dir),
+        tasks,
         tokenizer,
         config.rollout.max_total_tokens - config.rollout.max_new_tokens,
     )
