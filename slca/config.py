@@ -258,6 +258,8 @@ class TrainConfig(StrictModel):
     """Checkpoint the policy (and the frozen reference) start from."""
     in_dir: str = "data/tasks"
     """Task data (the train split is used)."""
+    sources: list[str] | None = None
+    """Train only on tasks from these sources (``synth``, ``nestful``, ...); null: all."""
     out_dir: str = "models/rl"
     """Final policy, HF format."""
     checkpoint_dir: str = "checkpoints/rl"

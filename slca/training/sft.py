@@ -39,6 +39,32 @@ def reference_summary(task: TaskRecord) -> str:
     return "Here is what I found: " + "; ".join(parts) + "."
 
 
+def poor_summary(task: TaskRecord) -> str:
+    """A fluent answer that omits every fact value: what a careless summariser writes.
+
+    It reads like an answer but states nothing (not even the fact keys, which can hold
+    values such as ``EUR/GBP``), so the grounded scorer gives it no coverage. Tasks
+    without facts keep the reference answer (there is nothing to omit).
+    """
+    if not task.facts:
+        return reference_summary(task)
+    return "I looked that up for you; the tools answered, so that is done."
+
+
+def summary_for(task: TaskRecord, poor_frac: float, seed: int) -> Callable[[TaskRecord], str]:
+    """The summary writer of ``task``'s SFT trajectory: :func:`poor_summary` for a
+    ``poor_frac`` share of tasks, else :func:`reference_summary`.
+
+    The choice hashes (seed, task id) only, never the tool calls, so summary quality is
+    independent of tool correctness (the credit problem SLCA addresses: R_summary is
+    then noise for tool tokens).
+    """
+    if not 0.0 <= poor_frac <= 1.0:
+        raise ValueError(f"poor_frac must lie in [0, 1]; got {poor_frac}")
+    draw = random.Random(f"{seed}:{task.id}").random()
+    return poor_summary if draw < poor_frac else reference_summary
+
+
 def gold_conversation(
     task: TaskRecord,
     simulator: Simulator,

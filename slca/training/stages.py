@@ -69,8 +69,15 @@ class SFTParams(StrictModel):
     """Passes over the train split."""
     micro_batch_size: int = Field(8, ge=1)
     """Trajectories per optimizer step."""
+    sources: list[str] | None = None
+    """Train only on tasks from these sources (``synth``, ``nestful``, ...); null: all.
+    The tiny default trains on ``synth``: its prompts are short, real tools' are not."""
     max_tasks: int | None = Field(None, ge=1)
     """Use only the first N train tasks that fit ``max_tokens`` (quick runs)."""
+    poor_summary_frac: float = Field(0.0, ge=0, le=1)
+    """Share of trajectories (drawn from ``seed`` and the task id, independently of the
+    calls) whose summary omits every fact value, so the policy samples good and poor
+    summaries and R_summary varies independently of tool correctness."""
     max_tokens: int = Field(2048, ge=64)
     """Trajectories longer than this are left out (and counted): some real tools'
     schemas alone run to tens of thousands of tokens."""
@@ -134,17 +141,24 @@ def run_sft(params: SFTParams, progress: Any = None) -> dict[str, float]:
     from slca.modeling import load_causal_lm
     from slca.simulator import Simulator
     from slca.training.engines import build_engine
-    from slca.training.sft import build_example, sft
+    from slca.training.sft import build_example, reference_summary, sft, summary_for
 
     model, tokenizer = load_causal_lm(params.base_dir, dtype="float32")
     simulator = Simulator()
-    examples, too_long = [], 0
-    for task in io.load_train_set(params.in_dir):
-        example = build_example(task, tokenizer, simulator)
+    examples, too_long, poor = [], 0, 0
+    tasks = io.load_train_set(params.in_dir)
+    if params.sources is not None:
+        tasks = [t for t in tasks if t.source in params.sources]
+        if not tasks:
+            raise ValueError(f"sft: no train task from sft.sources={params.sources}")
+    for task in tasks:
+        summary = summary_for(task, params.poor_summary_frac, params.seed)
+        example = build_example(task, tokenizer, simulator, summary)
         if len(example.token_ids) > params.max_tokens:
             too_long += 1
             continue
         examples.append(example)
+        poor += summary(task) != reference_summary(task)
         if params.max_tasks is not None and len(examples) == params.max_tasks:
             break
     if not examples:
@@ -169,6 +183,7 @@ def run_sft(params: SFTParams, progress: Any = None) -> dict[str, float]:
         "sft/steps": float(len(losses)),
         "sft/examples": float(len(examples)),
         "sft/too_long": float(too_long),
+        "sft/poor_summaries": float(poor),
     }
 
 
@@ -213,8 +228,13 @@ def training_session(
     if config.algorithm.loss.kl_coef > 0:
         reference, _ = load_causal_lm(config.init_dir, dtype="float32")
         reference.requires_grad_(False)
+    tasks = io.load_train_set(config.in_dir)
+    if config.sources is not None:
+        tasks = [t for t in tasks if t.source in config.sources]
+        if not tasks:
+            raise ValueError(f"train: no train task from train.sources={config.sources}")
     tasks = fitting_tasks(
-        io.load_train_set(config.in_dir),
+        tasks,
         tokenizer,
         config.rollout.max_total_tokens - config.rollout.max_new_tokens,
     )

@@ -49,3 +49,12 @@ def test_errors():
         in_domain_metrics([])
     with pytest.raises(ValueError, match="process-mode"):
         in_domain_metrics([dataclasses.replace(breakdown(), mode="execution")])
+
+
+def test_the_threshold_tolerates_float_sums_of_the_weights():
+    from slca.rewards.config import ProcessWeights
+
+    w = ProcessWeights()
+    all_but_format = w.name + w.key + w.value + w.parallel  # 0.8999999999999999
+    m = in_domain_metrics([breakdown(tool=all_but_format), breakdown(tool=0.8999)])
+    assert m["in_domain/success_at_0.9"] == 0.5

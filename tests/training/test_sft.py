@@ -1,12 +1,23 @@
 import json
 
+import pytest
+
 from slca.data.params import SynthParams
 from slca.data.synth import generate
 from slca.grammar import parse_turn
+from slca.rewards.config import GroundedConfig
+from slca.rewards.preference import SummaryInput, grounded_details
 from slca.simulator import Simulator
 from slca.training.config import EngineConfig
 from slca.training.engines import TorchEngine
-from slca.training.sft import build_example, gold_conversation, reference_summary, sft
+from slca.training.sft import (
+    build_example,
+    gold_conversation,
+    poor_summary,
+    reference_summary,
+    sft,
+    summary_for,
+)
 from slca.training.tiny import tiny_model, train_tokenizer
 
 
@@ -46,3 +57,33 @@ def test_loss_falls_only_on_assistant_tokens_that_decode_to_the_gold_turns():
         pad_id=tokenizer.pad_token_id,
     )
     assert len(losses) == 9 and losses[-1] < 0.85 * losses[0]
+
+
+def grounded(task, summary):
+    turns = gold_conversation(task, Simulator(), lambda _: summary)
+    responses = [json.loads(m["content"]) for _, messages in turns for m in messages]
+    item = SummaryInput(summary, task, tuple(responses))
+    return grounded_details(item, GroundedConfig()).score
+
+
+def test_the_grounded_scorer_prefers_the_reference_summary_to_the_poor_one():
+    tasks, _ = data()
+    with_facts = [t for t in tasks if t.facts]
+    assert with_facts
+    for task in with_facts:
+        assert grounded(task, reference_summary(task)) == 1.0
+        assert grounded(task, poor_summary(task)) == 0.0
+    no_facts = next(t for t in tasks if not t.facts)
+    assert poor_summary(no_facts) == reference_summary(no_facts)
+
+
+def test_poor_summaries_are_drawn_per_task_from_the_seed_alone():
+    tasks = generate(SynthParams(n_tasks=200, domains=["currency"]), seed=3)
+    chosen = [summary_for(t, 0.3, seed=0) is poor_summary for t in tasks]
+    assert 0.2 < sum(chosen) / len(chosen) < 0.4
+    assert chosen == [summary_for(t, 0.3, seed=0) is poor_summary for t in tasks]
+    assert chosen != [summary_for(t, 0.3, seed=1) is poor_summary for t in tasks]
+    assert not any(summary_for(t, 0.0, seed=0) is poor_summary for t in tasks)
+    assert all(summary_for(t, 1.0, seed=0) is poor_summary for t in tasks)
+    with pytest.raises(ValueError, match="poor_frac"):
+        summary_for(tasks[0], 1.5, seed=0)

@@ -48,6 +48,25 @@ def test_base_model_and_sft_write_loadable_checkpoints(workspace):
     assert figures["sft/last_loss"] < figures["sft/first_loss"]
 
 
+def test_a_source_filter_that_keeps_no_task_is_an_error_naming_the_param(workspace, tmp_path):
+    root, _ = workspace
+    params = {**tiny_params(root)["sft"], "out_dir": str(tmp_path / "sft")}
+    with pytest.raises(ValueError, match=r"sft.sources=\['nestful'\]"):
+        run_sft(SFTParams(**params, sources=["nestful"]))
+    with pytest.raises(ValueError, match=r"train.sources=\['bfcl'\]"):
+        run_train(train_config(root, sources=["bfcl"]))
+
+
+def test_sft_counts_the_poor_summaries_it_trains_on(workspace, tmp_path):
+    root, _ = workspace
+    params = {**tiny_params(root)["sft"], "out_dir": str(tmp_path / "sft"), "epochs": 1}
+    figures = run_sft(SFTParams(**params, sources=["synth"], poor_summary_frac=1.0))
+    assert 0 < figures["sft/poor_summaries"] <= figures["sft/examples"]
+    assert run_sft(SFTParams(**params))["sft/poor_summaries"] == 0
+    with pytest.raises(ValueError, match="poor_summary_frac"):
+        SFTParams(**params, poor_summary_frac=1.5)
+
+
 def test_rl_logs_every_metric_histograms_and_checkpoints_to_mlflow(workspace):
     root, _ = workspace
     config = train_config(root, tracking_dir=str(root / "mlflow"), experiment="once")
