@@ -92,6 +92,8 @@ def evaluate_command(args: argparse.Namespace, model: Path, name: str) -> list[s
         "-S", f"evaluate.experiment={args.experiment}",
         "-S", f"evaluate.run_name={name}",
     ]  # fmt: skip
+    if args.eval_tasks is not None:
+        command += ["-S", f"evaluate.in_domain.max_tasks={args.eval_tasks}"]
     if not args.eval_benchmarks:  # the tiny model's context holds no τ² prompt
         command += [
             "-S",
@@ -156,6 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-ablations", dest="ablations", action="store_false")
     parser.add_argument("--summary-weights", nargs="+", type=float, default=[0.5, 2.0])
     parser.add_argument("--eval-benchmarks", action="store_true", help="also BFCL and τ²")
+    parser.add_argument(
+        "--eval-tasks", type=int, default=200, help="in-domain test tasks (params' split/sources)"
+    )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--work", type=Path, default=REPO / "benchmarks/credit/work")
     parser.add_argument("--tracking-dir", type=Path, default=REPO / "benchmarks/credit/mlflow")
