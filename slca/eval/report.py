@@ -60,7 +60,7 @@ class ArmSummary:
 
 
 def summarise(runs: Sequence[RunRecord]) -> list[ArmSummary]:
-    """One summary per arm (in order of first appearance); the newest run per seed."""
+    """One summary per arm (``sft`` first, then by name); the newest run per seed."""
     latest: dict[tuple[str, str], RunRecord] = {}
     for run in sorted(runs, key=lambda r: r.start_time):
         latest[(arm(run), run.params.get("seed", "-"))] = run
@@ -68,7 +68,7 @@ def summarise(runs: Sequence[RunRecord]) -> list[ArmSummary]:
     for (name, _), run in latest.items():
         arms.setdefault(name, []).append(run)
     out = []
-    for name, members in arms.items():
+    for name, members in sorted(arms.items(), key=lambda item: (item[0] != "sft", item[0])):
         mean, std = {}, {}
         for key in {k for r in members for k in r.metrics}:
             values = [r.metrics[key] for r in members if key in r.metrics]
