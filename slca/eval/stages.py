@@ -22,6 +22,7 @@ from pydantic import Field, field_validator
 from slca.config import ConfigError, StrictModel, load_section, parse_override
 from slca.data import io
 from slca.data.record import TaskRecord
+from slca.eval.bfcl import CATEGORIES
 from slca.rewards.config import RewardConfig
 
 Progress = Callable[[str, int], Callable[[int], Any]]
@@ -39,21 +40,14 @@ class InDomainSet(StrictModel):
 
 
 class BfclSet(StrictModel):
-    categories: list[str] = Field(
-        default_factory=lambda: [
-            "simple_python", "multiple", "parallel", "parallel_multiple",
-            "irrelevance", "live_simple", "live_multiple",
-        ]
-    )  # fmt: skip
-    """BFCL v4 single-turn categories (see slca.eval.bfcl.CATEGORIES)."""
+    categories: list[str] = Field(default_factory=lambda: list(CATEGORIES))
+    """BFCL v4 single-turn categories (slca.eval.bfcl.CATEGORIES)."""
     max_per_category: int = Field(10, ge=0)
     """A seeded subset per category; 0 skips BFCL."""
 
     @field_validator("categories")
     @classmethod
     def _known(cls, categories: list[str]) -> list[str]:
-        from slca.eval.bfcl import CATEGORIES
-
         unknown = sorted(set(categories) - set(CATEGORIES))
         if unknown:
             raise ValueError(f"unknown BFCL categories {unknown}; valid: {', '.join(CATEGORIES)}")
