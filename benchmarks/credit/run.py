@@ -148,6 +148,45 @@ def copy_histograms(args: argparse.Namespace) -> list[Path]:
     return copied
 
 
+#: Per-step training statistics averaged over a run's steps for the analysis table.
+TRAINING_KEYS = (
+    "reward/tool",
+    "reward/sum",
+    "adv/zero_group_frac",
+    "adv/tool_std",
+    "adv/sum_std",
+    "actor/grad_cos_tool_sum",
+    "rollout/redundant_calls",
+)
+
+
+def training_table(args: argparse.Namespace) -> str:
+    """Per arm: each key's mean over a run's steps, then mean ± std over seeds."""
+    import statistics
+
+    from slca.eval.report import arm, summarise
+    from slca.tracking import experiment_runs
+
+    runs = experiment_runs(args.tracking_dir, experiment=args.experiment, curve_keys=TRAINING_KEYS)
+    kept = {rid for s in summarise(runs) for rid in s.run_ids}
+    by_arm: dict[str, dict[str, list[float]]] = {}
+    for run in runs:
+        if run.run_id not in kept or not run.curves:
+            continue
+        for key, points in run.curves.items():
+            mean = statistics.fmean(v for _, v in points)
+            by_arm.setdefault(arm(run), {}).setdefault(key, []).append(mean)
+    lines = ["| arm | " + " | ".join(TRAINING_KEYS) + " |", "|" + "---|" * (len(TRAINING_KEYS) + 1)]
+    for name, values in sorted(by_arm.items()):
+        cells = []
+        for key in TRAINING_KEYS:
+            xs = values.get(key, [])
+            sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
+            cells.append(f"{statistics.fmean(xs):.3f} ± {sd:.3f}" if xs else "–")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--params", type=Path, default=REPO / "params.yaml")
@@ -166,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tracking-dir", type=Path, default=REPO / "benchmarks/credit/mlflow")
     parser.add_argument("--experiment", default="credit")
     parser.add_argument("--out", type=Path, default=REPO / "docs/results")
+    parser.add_argument("--report-only", action="store_true", help="no runs: the report only")
     args = parser.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -174,6 +214,20 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
     started = time.perf_counter()
+    results = [] if args.report_only else run_all(args)
+    from slca.eval.report import report
+
+    path = report(args.tracking_dir, args.experiment, args.out)
+    copied = copy_histograms(args)
+    (args.out / "training.md").write_text(training_table(args))
+    total = time.perf_counter() - started
+    print(path.read_text().split("\n![")[0])
+    print((args.out / "training.md").read_text())
+    print(f"report: {path}; {len(copied)} histograms; {total / 60:.1f} min in all")
+    return 0 if all(code == 0 for _, code, _ in results) else 1
+
+
+def run_all(args: argparse.Namespace) -> list[tuple[str, int, float]]:
     sft_eval = ("sft", [evaluate_command(args, args.init, "sft")])
     with ThreadPoolExecutor(args.workers) as pool:
         futures = [
@@ -188,15 +242,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{name}: {'ok' if code == 0 else f'FAILED ({code})'} in {seconds:.0f} s",
                 flush=True,
             )
-
-    from slca.eval.report import report
-
-    path = report(args.tracking_dir, args.experiment, args.out)
-    copied = copy_histograms(args)
-    total = time.perf_counter() - started
-    print(path.read_text().split("\n![")[0])
-    print(f"report: {path}; {len(copied)} histograms; {total / 60:.1f} min in all")
-    return 0 if all(code == 0 for _, code, _ in results) else 1
+    return results
 
 
 if __name__ == "__main__":
