@@ -217,6 +217,7 @@ class Trainer:
             weights=algorithm.advantage.weights,
             norm_by_std=algorithm.advantage.norm_by_std,
             eps=algorithm.advantage.eps,
+            granularity=algorithm.advantage.granularity,
             **extra,
         )
         update_started = time.perf_counter()

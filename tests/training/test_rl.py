@@ -61,7 +61,17 @@ def script_for(task):
 
 
 def make(
-    world, tmp_path, *, estimator="slca", seed=0, steps=2, model_seed=0, kl_coef=0.0, **overrides
+    world,
+    tmp_path,
+    *,
+    estimator="slca",
+    seed=0,
+    steps=2,
+    model_seed=0,
+    kl_coef=0.0,
+    granularity="trajectory",
+    script=None,
+    **overrides,
 ):
     tasks, tokenizer = world
     config = TrainConfig.model_validate(
@@ -72,7 +82,10 @@ def make(
             "histogram_every": 1,
             "rollout": {"tasks_per_step": 1, "group_size": 4, "max_new_tokens": 64, "max_turns": 2},
             "update": {"micro_batch_size": 2, "minibatches": 2},
-            "algorithm": {"advantage": {"estimator": estimator}, "loss": {"kl_coef": kl_coef}},
+            "algorithm": {
+                "advantage": {"estimator": estimator, "granularity": granularity},
+                "loss": {"kl_coef": kl_coef},
+            },
             **overrides,
         }
     )
@@ -84,7 +97,7 @@ def make(
         tokenizer=tokenizer,
         update=engine(model),
         reference=tiny_model(tokenizer, seed=model_seed).eval() if kl_coef else None,
-        rollout_engine=ScriptedEngine(tokenizer, script_for(tasks[0])),
+        rollout_engine=ScriptedEngine(tokenizer, script or script_for(tasks[0])),
         simulator=Simulator(),
         checkpoint_dir=tmp_path / "ckpt",
         tracker=recorder,
@@ -202,3 +215,20 @@ def test_a_single_update_per_batch_is_exactly_on_policy(world, tmp_path):
     metrics = recorder.metrics[0][1]
     assert metrics["actor/ratio_mean"] == 1.0 and metrics["actor/clipfrac"] == 0.0
     assert metrics["actor/grad_norm"] > 0
+
+
+def test_per_call_granularity_reaches_the_estimator(world, tmp_path):
+    """A rollout with a right and a wrong call block: per-call credit gives the two
+    blocks different tool advantages, the trajectory level gives them one."""
+    tasks, _ = world
+    city = tasks[0].gold[0][0].arguments["city"]
+    both = call(city) + "\n" + call("Atlantis")
+    script = [[both, call(city), call("Atlantis"), both], ["Done."]]
+    tool = {}
+    for granularity in ("trajectory", "per_call"):
+        trainer, _, recorder = make(
+            world, tmp_path / granularity, steps=1, granularity=granularity, script=script
+        )
+        trainer.run()
+        tool[granularity] = recorder.histograms[0][1]["tool"]
+    assert len(set(tool["trajectory"].round(6))) < len(set(tool["per_call"].round(6)))
