@@ -33,7 +33,7 @@ METHODS = ("grpo", "slca", "toolpo", "rltr")
 
 def jobs(args: argparse.Namespace) -> list[dict]:
     out = []
-    for seed in args.seeds:
+    for seed in [] if args.ablations_only else args.seeds:
         for method in args.methods:
             out.append({"name": f"{method}-s{seed}", "estimator": method, "seed": seed})
     if args.ablations:
@@ -195,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=None, help="default: params.yaml's")
     parser.add_argument("--no-ablations", dest="ablations", action="store_false")
-    parser.add_argument("--summary-weights", nargs="+", type=float, default=[0.5, 2.0])
+    parser.add_argument("--ablations-only", action="store_true", help="(re)run the ablations only")
+    parser.add_argument("--summary-weights", nargs="*", type=float, default=[0.5, 2.0])
     parser.add_argument("--eval-benchmarks", action="store_true", help="also BFCL and τ²")
     parser.add_argument(
         "--eval-tasks", type=int, default=200, help="in-domain test tasks (params' split/sources)"
@@ -230,9 +231,9 @@ def main(argv: list[str] | None = None) -> int:
 def run_all(args: argparse.Namespace) -> list[tuple[str, int, float]]:
     sft_eval = ("sft", [evaluate_command(args, args.init, "sft")])
     with ThreadPoolExecutor(args.workers) as pool:
-        futures = [
-            pool.submit(_chain, sft_eval[0], sft_eval[1], args.work / "sft.log", args.work / "sft")
-        ]
+        futures = []
+        if not args.ablations_only:
+            futures.append(pool.submit(_chain, *sft_eval, args.work / "sft.log", args.work / "sft"))
         futures += [pool.submit(run_job, job, args) for job in jobs(args)]
         results = []
         for future in futures:
