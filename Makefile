@@ -47,7 +47,7 @@ lint: $(STAMP)
 # SLCA run from one SFT checkpoint, evaluation, the comparison table. `time make demo`
 # on a fresh clone measures it with the install (docs/benchmarks.md).
 demo: $(STAMP)
-	@start=$$(date +%s); \
+	@mkdir -p .slca/prefect; start=$$(date +%s); \
 	PREFECT_HOME="$(abspath .slca/prefect)" PREFECT_SERVER_ANALYTICS_ENABLED=false \
 	$(VENV)/bin/slca run && echo "demo: pipeline took $$(( $$(date +%s) - start )) s"
 

@@ -43,6 +43,9 @@ Overrides = Annotated[
 def main(debug: Annotated[bool, typer.Option(help="Show tracebacks on errors.")] = False) -> None:
     _state["debug"] = debug
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    # a first ephemeral start creates Prefect's database (migrations): more than
+    # Prefect's default 20 s on a busy 2-core machine
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 
