@@ -46,6 +46,7 @@ def main(debug: Annotated[bool, typer.Option(help="Show tracebacks on errors.")]
     # a first ephemeral start creates Prefect's database (migrations): more than
     # Prefect's default 20 s on a busy 2-core machine
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # models are local; never reach for the Hub
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 

@@ -223,10 +223,13 @@ def training_session(
     from slca.training.engines import build_engine
     from slca.training.rl import Trainer, latest_checkpoint, read_client_state
 
-    model, tokenizer = load_causal_lm(config.init_dir, dtype="float32")
+    # an absolute path: a relative one ("models/sft") reads as a Hub repo id to
+    # mlflow.transformers, which then spends a minute retrying the network for its card
+    init_dir = Path(config.init_dir).resolve()
+    model, tokenizer = load_causal_lm(init_dir, dtype="float32")
     reference = None
     if config.algorithm.loss.kl_coef > 0:
-        reference, _ = load_causal_lm(config.init_dir, dtype="float32")
+        reference, _ = load_causal_lm(init_dir, dtype="float32")
         reference.requires_grad_(False)
     tasks = io.load_train_set(config.in_dir)
     if config.sources is not None:
