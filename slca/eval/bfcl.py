@@ -28,20 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from slca.data.params import BFCL_CATEGORIES
 from slca.data.record import TaskRecord
 from slca.data.sources import bfcl as bfcl_source
 from slca.rollout.types import Rollout
 
-#: The single-turn categories scored here (those the importer brings in by default).
-CATEGORIES = (
-    "simple_python",
-    "multiple",
-    "parallel",
-    "parallel_multiple",
-    "irrelevance",
-    "live_simple",
-    "live_multiple",
-)
+#: The single-turn categories scored here: those the importer brings in.
+CATEGORIES = BFCL_CATEGORIES
 NON_LIVE = ("simple_python", "multiple", "parallel", "parallel_multiple")
 LIVE = ("live_simple", "live_multiple")
 
