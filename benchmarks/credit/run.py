@@ -77,10 +77,34 @@ def run_job(job: dict, args: argparse.Namespace) -> tuple[str, int, float]:
     ]  # fmt: skip
     if args.steps is not None:
         train += ["-S", f"train.steps={args.steps}"]
+    if args.summary_scorer == "reward_model":
+        train += [
+            "-S", "train.rewards.summary.name=reward_model",
+            "-S", f"train.rewards.summary.reward_model.path={summary_rm_dir(args)}",
+        ]  # fmt: skip
     for item in job.get("extra", []):
         train += ["-S", item]
     evaluate = evaluate_command(args, work / "model", job["name"])
     return _chain(job["name"], [train, evaluate], log, work)
+
+
+def summary_rm_dir(args: argparse.Namespace) -> Path:
+    return args.work / "summary_rm"
+
+
+def build_summary_rm(args: argparse.Namespace) -> tuple[str, int, float]:
+    """The preference reward model every run's R_summary comes from, trained once, with
+    the policy's tokenizer (slca.training.summary_rm)."""
+    command = [
+        sys.executable, "-m", "slca.training.stages", "summary_rm", "--params", str(args.params),
+        "-S", f"summary_rm.tokenizer_dir={args.init}",
+        "-S", f"summary_rm.out_dir={summary_rm_dir(args)}",
+    ]  # fmt: skip
+    env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
+    started = time.perf_counter()
+    with (args.work / "summary_rm.log").open("w") as handle:
+        done = subprocess.run(command, cwd=REPO, env=env, stdout=handle, stderr=subprocess.STDOUT)
+    return "summary_rm", done.returncode, time.perf_counter() - started
 
 
 def evaluate_command(args: argparse.Namespace, model: Path, name: str) -> list[str]:
@@ -201,6 +225,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--eval-tasks", type=int, default=200, help="in-domain test tasks (params' split/sources)"
     )
+    parser.add_argument(
+        "--summary-scorer",
+        choices=["reward_model", "grounded"],
+        default="reward_model",
+        help="R_summary in training: a preference model trained first (the tiny policy "
+        "cannot ground answers, so under grounded its summaries all score ~0)",
+    )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--work", type=Path, default=REPO / "benchmarks/credit/work")
     parser.add_argument("--tracking-dir", type=Path, default=REPO / "benchmarks/credit/mlflow")
@@ -230,6 +261,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_all(args: argparse.Namespace) -> list[tuple[str, int, float]]:
     sft_eval = ("sft", [evaluate_command(args, args.init, "sft")])
+    needs_rm = args.summary_scorer == "reward_model"
+    if needs_rm and not (summary_rm_dir(args) / "config.json").exists():
+        name, code, seconds = build_summary_rm(args)
+        print(f"{name}: {'ok' if code == 0 else f'FAILED ({code})'} in {seconds:.0f} s", flush=True)
+        if code != 0:
+            return [(name, code, seconds)]
     with ThreadPoolExecutor(args.workers) as pool:
         futures = []
         if not args.ablations_only:

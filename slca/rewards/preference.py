@@ -505,6 +505,20 @@ def _judge(config: SummaryConfig, *, generate: Generate | None = None) -> Summar
 
 
 # ======================================================================== reward model
+def render_for_reward_model(tokenizer: Any, task: TaskRecord, summary: str) -> str:
+    """The text a reward model scores: the task's prompt turns and the answer, with the
+    tokenizer's chat template when it has one, else as ``role: text`` lines. Training a
+    reward model (slca.training.summary_rm) renders its pairs with this same function."""
+    messages = [{"role": m.role, "content": m.content} for m in task.messages]
+    messages.append({"role": "assistant", "content": summary})
+    if getattr(tokenizer, "chat_template", None):
+        try:
+            return clean_text(tokenizer.apply_chat_template(messages, tokenize=False))
+        except Exception:  # a template that rejects the roles: fall back to plain text
+            pass
+    return clean_text("\n".join(f"{m['role']}: {m['content']}" for m in messages))
+
+
 class RewardModelScorer(SummaryScorer):
     """An HF ``AutoModelForSequenceClassification`` checkpoint scoring (prompt, answer).
 
@@ -539,14 +553,7 @@ class RewardModelScorer(SummaryScorer):
         self._max_length = min(n for n in limits if isinstance(n, int) and n > 0)
 
     def render(self, item: SummaryInput) -> str:
-        messages = [{"role": m.role, "content": m.content} for m in item.task.messages]
-        messages.append({"role": "assistant", "content": item.summary})
-        if getattr(self._tokenizer, "chat_template", None):
-            try:
-                return clean_text(self._tokenizer.apply_chat_template(messages, tokenize=False))
-            except Exception:  # a template that rejects the roles: fall back to plain text
-                pass
-        return clean_text("\n".join(f"{m['role']}: {m['content']}" for m in messages))
+        return render_for_reward_model(self._tokenizer, item.task, item.summary)
 
     def score_batch(self, items: Sequence[SummaryInput]) -> list[float]:
         if not items:

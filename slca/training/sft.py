@@ -31,10 +31,14 @@ class SFTExample:
     loss_mask: list[bool]
 
 
+NO_CALL_REPLY = "Here is a short answer based on general knowledge; no tool was needed."
+"""The reference answer of a task that needs no call."""
+
+
 def reference_summary(task: TaskRecord) -> str:
     """A plain answer stating every fact of the task (or a polite direct answer)."""
     if not task.facts:
-        return "Here is a short answer based on general knowledge; no tool was needed."
+        return NO_CALL_REPLY
     parts = [f"{key.replace('.', ' ')} is {value}" for key, value in task.facts.items()]
     return "Here is what I found: " + "; ".join(parts) + "."
 

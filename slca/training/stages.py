@@ -87,6 +87,36 @@ class SFTParams(StrictModel):
     """Update engine and optimizer."""
 
 
+class SummaryRMParams(StrictModel):
+    """A preference reward model for summaries (slca.training.summary_rm), for
+    ``train.rewards.summary.name: reward_model`` on a policy that cannot ground its
+    answers (the tiny default; see docs/decisions.md, "Credit benchmark")."""
+
+    tokenizer_dir: str = "models/base"
+    """Checkpoint whose tokenizer the reward model uses (the policy's)."""
+    in_dir: str = "data/tasks"
+    """Task data: pairs from the train split, accuracy on the val split."""
+    out_dir: str = "models/summary_rm"
+    """The HF sequence-classification checkpoint written."""
+    sources: list[str] | None = Field(default_factory=lambda: ["synth"])
+    """Build pairs from tasks of these sources only; null: all (their answers are the
+    same templates, but real sources' prompts are long)."""
+    hidden_size: int = Field(64, ge=16)
+    """Width of the classifier (a tiny Qwen2 with a one-logit head)."""
+    num_hidden_layers: int = Field(2, ge=1)
+    """Its layers."""
+    epochs: int = Field(2, ge=1)
+    """Passes over the pairs."""
+    batch_size: int = Field(16, ge=1)
+    """Pairs per optimizer step."""
+    lr: float = Field(1e-3, gt=0)
+    """AdamW learning rate."""
+    max_length: int = Field(512, ge=16)
+    """Inputs are truncated (from the left) to this many tokens."""
+    seed: int = 0
+    """Initialisation, off-topic draws and shuffling."""
+
+
 def _texts_for_tokenizer(tasks: list[Any]) -> list[str]:
     from slca.training.sft import reference_summary
 
@@ -134,6 +164,63 @@ def build_base_model(params: BaseModelParams) -> Path:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
     return out
+
+
+def build_summary_rm(params: SummaryRMParams, progress: Any = None) -> dict[str, float]:
+    """Train the summary reward model; writes ``out_dir``; returns loss and accuracy."""
+    import torch
+    from transformers import AutoTokenizer, Qwen2ForSequenceClassification
+
+    from slca.training.summary_rm import pair_accuracy, preference_pairs, train_reward_model
+    from slca.training.tiny import tiny_config
+
+    def tasks(split: str) -> list[Any]:
+        found = [
+            t
+            for t in io.read_dataset(params.in_dir, [split])
+            if params.sources is None or t.source in params.sources
+        ]
+        if not found:
+            raise ValueError(f"summary_rm: no {split} task from sources {params.sources}")
+        return found
+
+    tokenizer = AutoTokenizer.from_pretrained(params.tokenizer_dir)
+    tokenizer.truncation_side = "left"  # as the reward_model scorer reads: the answer stays
+    train, val = (preference_pairs(tasks(s), tokenizer, params.seed) for s in ("train", "val"))
+    torch.manual_seed(params.seed)
+    config = tiny_config(
+        tokenizer,
+        hidden_size=params.hidden_size,
+        intermediate_size=3 * params.hidden_size,
+        num_hidden_layers=params.num_hidden_layers,
+        num_labels=1,
+        tie_word_embeddings=False,
+    )
+    model = Qwen2ForSequenceClassification(config)
+    before = pair_accuracy(model, tokenizer, val, params.max_length)
+    losses = train_reward_model(
+        model,
+        tokenizer,
+        train,
+        epochs=params.epochs,
+        batch_size=params.batch_size,
+        lr=params.lr,
+        max_length=params.max_length,
+        seed=params.seed,
+        progress=progress,
+    )
+    after = pair_accuracy(model, tokenizer, val, params.max_length)
+    with io.atomic_dir(params.out_dir) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    window = max(1, len(losses) // 10)
+    return {
+        "summary_rm/pairs": float(len(train)),
+        "summary_rm/first_loss": sum(losses[:window]) / window,
+        "summary_rm/last_loss": sum(losses[-window:]) / window,
+        "summary_rm/val_accuracy_untrained": before["accuracy"],
+        **{f"summary_rm/val_{k}": v for k, v in after.items()},
+    }
 
 
 def run_sft(params: SFTParams, progress: Any = None) -> dict[str, float]:
@@ -338,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m slca.training.stages", description=__doc__.splitlines()[0]
     )
-    parser.add_argument("step", choices=["base_model", "sft", "train"])
+    parser.add_argument("step", choices=["base_model", "sft", "summary_rm", "train"])
     parser.add_argument("--params", default="params.yaml")
     parser.add_argument("--resume", action="store_true", help="train: continue the last run")
     parser.add_argument(
@@ -358,6 +445,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.step == "sft":
             params = load_section(args.params, "sft", SFTParams, overrides)
             print(run_sft(params, progress=progress_bar("sft")))
+        elif args.step == "summary_rm":
+            params = load_section(args.params, "summary_rm", SummaryRMParams, overrides)
+            print(build_summary_rm(params, progress=progress_bar("summary_rm")))
         else:
             config = load_section(args.params, "train", TrainConfig, overrides)
             hashes = data_hashes(config.in_dir)
