@@ -59,6 +59,25 @@ class ScriptedEngine:
         self.loaded = state_dict
 
 
+def bfcl_json_step(task_id, calls):
+    """A policy turn that makes a BFCL multi-turn entry's gold call strings as JSON tool
+    calls (positional arguments bound to their names)."""
+    import inspect
+    import json
+
+    from slca.eval import bfcl_multi_turn as mt
+    from slca.simulator.fidelity import parse_call
+
+    entry = mt.entries()[task_id.removeprefix("bfcl-")]
+    table = mt.methods(mt.new_instances(entry))
+    blocks = []
+    for text in calls:
+        name, args, kwargs = parse_call(text, "gold")
+        arguments = inspect.signature(table[name]).bind(*args, **kwargs).arguments
+        blocks.append(json.dumps({"name": name, "arguments": dict(arguments)}))
+    return "\n".join(f"<tool_call>\n{b}\n</tool_call>" for b in blocks)
+
+
 def tiny_params(root: Path) -> dict:
     """The tiny pipeline configuration: 40 synthetic tasks, a hidden_size=32 model, SFT on
     8 tasks, 2 RL steps; every path under ``root``. Shared by the stage and flow tests."""

@@ -37,6 +37,7 @@ from slca.rollout.types import Rollout
 CATEGORIES = BFCL_CATEGORIES
 NON_LIVE = ("simple_python", "multiple", "parallel", "parallel_multiple")
 LIVE = ("live_simple", "live_multiple")
+MULTI_TURN = ("multi_turn_base",)
 
 _CHECKER = "bfcl_eval.eval_checker.ast_eval.ast_checker"
 _MODEL_CONFIG = "bfcl_eval.constants.model_config"
@@ -214,10 +215,11 @@ def accuracy(verdicts: Iterable[Verdict]) -> dict[str, float]:
     """Accuracy per category (``bfcl/<category>``) and BFCL's summaries over those present.
 
     As BFCL's leaderboard: ``bfcl/non_live`` is the unweighted mean of the non-live AST
-    categories, ``bfcl/live`` the mean over live tasks (weighted by count), and
-    ``bfcl/overall`` the mean of non-live, live and irrelevance (BFCL weighs the three
-    equally; its multi-turn and agentic parts are not scored here). Absent categories
-    are left out of the means, where BFCL would count them as 0.
+    categories, ``bfcl/live`` the mean over live tasks (weighted by count),
+    ``bfcl/multi_turn`` the mean of the multi-turn categories (here multi_turn_base), and
+    ``bfcl/overall`` the unweighted mean of those groups and irrelevance (BFCL v4's
+    overall also weighs in its agentic part, not scored here). Absent categories are
+    left out of the means, where BFCL would count them as 0.
     """
     right: dict[str, list[bool]] = defaultdict(list)
     for v in verdicts:
@@ -232,6 +234,9 @@ def accuracy(verdicts: Iterable[Verdict]) -> dict[str, float]:
         groups["bfcl/live"] = sum(live) / len(live)
     if "irrelevance" in right:
         groups["bfcl/irrelevance"] = out["bfcl/irrelevance"]
+    multi_turn = [out[f"bfcl/{c}"] for c in MULTI_TURN if c in right]
+    if multi_turn:
+        groups["bfcl/multi_turn"] = sum(multi_turn) / len(multi_turn)
     if groups:
         out.update(groups)
         out["bfcl/overall"] = sum(groups.values()) / len(groups)

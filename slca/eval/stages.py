@@ -23,7 +23,11 @@ from slca.config import ConfigError, StrictModel, load_section, parse_override
 from slca.data import io
 from slca.data.record import TaskRecord
 from slca.eval.bfcl import CATEGORIES
+from slca.eval.bfcl_multi_turn import CATEGORY as MULTI_TURN
 from slca.rewards.config import RewardConfig
+
+BFCL_SETS = (*CATEGORIES, MULTI_TURN)
+"""The BFCL categories evaluate can score."""
 
 Progress = Callable[[str, int], Callable[[int], Any]]
 """Given a set's name and task count before the set runs, returns what is called with
@@ -40,17 +44,21 @@ class InDomainSet(StrictModel):
 
 
 class BfclSet(StrictModel):
-    categories: list[str] = Field(default_factory=lambda: list(CATEGORIES))
-    """BFCL v4 single-turn categories (slca.eval.bfcl.CATEGORIES)."""
+    categories: list[str] = Field(default_factory=lambda: list(BFCL_SETS))
+    """BFCL v4 categories: the single-turn ones (slca.eval.bfcl.CATEGORIES, from the
+    prepared eval records) and ``multi_turn_base`` (read from bfcl-eval itself)."""
     max_per_category: int = Field(10, ge=0)
     """A seeded subset per category; 0 skips BFCL."""
+    max_steps_per_turn: int = Field(8, ge=1)
+    """multi_turn_base: policy turns per user turn before the task is cut off (BFCL's own
+    harness force-quits after 20); a cut-off task scores ``force_terminated``."""
 
     @field_validator("categories")
     @classmethod
     def _known(cls, categories: list[str]) -> list[str]:
-        unknown = sorted(set(categories) - set(CATEGORIES))
+        unknown = sorted(set(categories) - set(BFCL_SETS))
         if unknown:
-            raise ValueError(f"unknown BFCL categories {unknown}; valid: {', '.join(CATEGORIES)}")
+            raise ValueError(f"unknown BFCL categories {unknown}; valid: {', '.join(BFCL_SETS)}")
         return categories
 
 
@@ -124,8 +132,10 @@ def evaluate(params: EvaluateParams, progress: Progress | None = None) -> dict[s
     sampling = SamplingParams(max_new_tokens=params.max_new_tokens, temperature=0.0)
     budget = params.max_total_tokens - params.max_new_tokens
 
-    def rollouts(name: str, tasks: list[TaskRecord], simulator: Any, max_turns: int) -> list:
-        """One greedy rollout per task."""
+    def rollouts(
+        name: str, tasks: list[TaskRecord], simulator: Any, max_turns: int, follow_ups=None
+    ) -> list:
+        """One greedy rollout per task (``follow_ups``: later user turns by task id)."""
         return run_rollouts(
             tasks,
             engine=engine,
@@ -135,6 +145,7 @@ def evaluate(params: EvaluateParams, progress: Progress | None = None) -> dict[s
             sampling=sampling,
             limits=RolloutLimits(max_turns=max_turns, max_total_tokens=params.max_total_tokens),
             progress=None if progress is None else progress(name, len(tasks)),
+            follow_ups=follow_ups,
         )
 
     metrics: dict[str, float] = {}
@@ -205,7 +216,13 @@ def _eval_tasks(params: EvaluateParams, source: str, groups: list[str], n: int) 
 
 
 def _bfcl_tasks(params: EvaluateParams) -> list[TaskRecord]:
-    return _eval_tasks(params, "bfcl", params.bfcl.categories, params.bfcl.max_per_category)
+    single = [c for c in params.bfcl.categories if c != MULTI_TURN]
+    drawn = _eval_tasks(params, "bfcl", single, params.bfcl.max_per_category)
+    if MULTI_TURN in params.bfcl.categories and params.bfcl.max_per_category:
+        from slca.eval import bfcl_multi_turn
+
+        drawn += draw(bfcl_multi_turn.tasks(), params.bfcl.max_per_category, params.seed)
+    return drawn
 
 
 def _tau2_tasks(params: EvaluateParams) -> list[TaskRecord]:
@@ -236,16 +253,28 @@ def _score_in_domain(params: EvaluateParams, tasks: list[TaskRecord], rollouts: 
 
 
 def _score_bfcl(params: EvaluateParams, tasks: list[TaskRecord], rollouts: Any):
-    """BFCL's single-turn categories judge the first turn's calls: one policy turn."""
-    from slca.eval import bfcl
+    """BFCL's single-turn categories judge the first turn's calls: one policy turn.
+    multi_turn_base runs every user turn on BFCL's live APIs, then its checker replays."""
+    from slca.eval import bfcl, bfcl_multi_turn
     from slca.simulator import Simulator
 
-    with Simulator(seed=params.seed) as simulator:
-        done = rollouts("bfcl", tasks, simulator, 1)
-    verdicts = [bfcl.check_rollout(t, r) for t, r in zip(tasks, done)]
+    single = [t for t in tasks if t.domain != MULTI_TURN]
+    multi = [t for t in tasks if t.domain == MULTI_TURN]
+    verdicts = []
+    if single:
+        with Simulator(seed=params.seed) as simulator:
+            done = rollouts("bfcl", single, simulator, 1)
+        verdicts += [bfcl.check_rollout(t, r) for t, r in zip(single, done)]
+    if multi:
+        later = {t.id: bfcl_multi_turn.follow_ups(t.id) for t in multi}
+        with bfcl_multi_turn.MultiTurnExecutor() as executor:
+            done = rollouts(
+                "bfcl multi_turn", multi, executor, params.bfcl.max_steps_per_turn, later
+            )
+        verdicts += [bfcl_multi_turn.check_rollout(t, r) for t, r in zip(multi, done)]
     lines = [
         {"task_id": t.id, "valid": v.valid, "error_type": v.error_type}
-        for t, v in zip(tasks, verdicts)
+        for t, v in zip(single + multi, verdicts)
     ]
     return bfcl.accuracy(verdicts), lines
 

@@ -9,11 +9,15 @@ block answered with an error, and the responses appended as tool messages throug
 the chat template. The loop stops at the final answer, or at ``max_turns``,
 ``max_total_tokens`` (or a turn cut off by ``max_new_tokens``), or a turn longer
 than ``max_turn_bytes``.
+
+A task may have later user turns (``follow_ups``, BFCL's multi-turn categories): the
+final answer to one user turn is followed by the next user turn's messages and the
+rollout goes on; it stops at the final answer to the last one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -29,7 +33,7 @@ from slca.simulator import Simulator
 @dataclass(frozen=True)
 class RolloutLimits:
     max_turns: int = 4
-    """Policy turns per rollout; a rollout still calling tools then stops (``max_turns``)."""
+    """Policy turns per user turn; a rollout still calling tools then stops (``max_turns``)."""
     max_total_tokens: int = 2048
     """Prompt + every turn + environment tokens."""
     max_turn_bytes: int = 65_536
@@ -43,8 +47,11 @@ class _State:
     tools: list[dict[str, Any]]
     renderer: ChatRenderer
     history: list[dict[str, Any]]
+    follow_ups: list[list[dict[str, Any]]]
     blocks: int = 0
     steps: int = 0
+    user_turn: int = 0
+    turns_this_user_turn: int = 0
     done: bool = False
 
 
@@ -60,15 +67,18 @@ def run_rollouts(
     first_group: int = 0,
     end_of_turn: str = END_OF_TURN,
     progress: Callable[[int], None] | None = None,
+    follow_ups: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]] | None = None,
 ) -> list[Rollout]:
     """``group_size`` rollouts of each task; rollout ``i`` of task ``g`` is at ``g·G + i``.
 
     ``first_group`` numbers the groups (the trainer's batch offset). ``progress``
     is called with the number of rollouts finished by each generation step.
+    ``follow_ups`` maps a task id to its later user turns (each a list of messages).
     """
     limits = limits or RolloutLimits()
+    follow_ups = follow_ups or {}
     states = [
-        _start(task, first_group + g, k, tokenizer, end_of_turn)
+        _start(task, first_group + g, k, tokenizer, end_of_turn, follow_ups.get(task.id, ()))
         for g, task in enumerate(tasks)
         for k in range(group_size)
     ]
@@ -76,7 +86,8 @@ def run_rollouts(
     def decode(ids: Sequence[int]) -> str:
         return tokenizer.decode(list(ids), skip_special_tokens=False)
 
-    for turn_number in range(limits.max_turns):
+    generation_step = 0
+    while True:
         active = [s for s in states if not s.done]
         if not active:
             break
@@ -96,27 +107,33 @@ def run_rollouts(
             params = replace(
                 sampling,
                 max_new_tokens=max_new,
-                seed=sampling.seed + 7919 * turn_number + first_group,
+                seed=sampling.seed + 7919 * generation_step + first_group,
             )
             generations = engine.generate([s.rollout.token_ids for s in group], params)
             for state, generation in zip(group, generations, strict=True):
-                _take_turn(state, generation, turn_number, decode, simulator, limits)
+                _take_turn(state, generation, decode, simulator, limits)
+        generation_step += 1
         if progress is not None:
             progress(sum(s.done for s in active))
-    for state in states:
-        if not state.done:
-            _finish(state, "max_turns")
     return [s.rollout for s in states]
 
 
-def _start(task: TaskRecord, group: int, sample: int, tokenizer: Any, end_of_turn: str) -> _State:
+def _start(
+    task: TaskRecord,
+    group: int,
+    sample: int,
+    tokenizer: Any,
+    end_of_turn: str,
+    follow_ups: Sequence[Sequence[Mapping[str, Any]]],
+) -> _State:
     tools = [tool.model_dump() for tool in task.tools]
     renderer = ChatRenderer(tokenizer, tools, end_of_turn)
     history = [{"role": m.role, "content": m.content} for m in task.messages]
     prompt = renderer.prompt_ids(history)
     rollout = Rollout(task_id=task.id, group=group, sample=sample, prompt_length=len(prompt))
     _append(rollout, prompt, policy=False)
-    return _State(rollout, task, tools, renderer, history)
+    later = [[dict(m) for m in turn] for turn in follow_ups]
+    return _State(rollout, task, tools, renderer, history, later)
 
 
 def _append(
@@ -136,9 +153,10 @@ def _append(
 
 
 def _take_turn(
-    state: _State, generation, turn_number: int, decode, simulator: Simulator, limits: RolloutLimits
+    state: _State, generation, decode, simulator: Simulator, limits: RolloutLimits
 ) -> None:
     rollout = state.rollout
+    turn_number = len(rollout.turns)
     labels = label_turn_tokens(decode, generation.token_ids, prefix=rollout.token_ids[-4:])
     text = labels.text
     if generation.stopped and text.endswith(state.renderer.end_of_turn):
@@ -154,7 +172,10 @@ def _take_turn(
         kinds=[KIND_CODE[k] for k in labels.kinds],
         calls=[c + state.blocks if c >= 0 else -1 for c in labels.call_index],
     )
-    rollout.turns.append(Turn(text, parsed, final, start, len(rollout.token_ids)))
+    rollout.turns.append(
+        Turn(text, parsed, final, start, len(rollout.token_ids), user_turn=state.user_turn)
+    )
+    state.turns_this_user_turn += 1
     first_block = state.blocks
     state.blocks += len(parsed.blocks)
     if len(text.encode("utf-8", "surrogatepass")) > limits.max_turn_bytes:
@@ -162,7 +183,9 @@ def _take_turn(
     if not generation.stopped:
         return _finish(state, "max_tokens")
     if final:
-        return _finish(state, "stop")
+        if not state.follow_ups:
+            return _finish(state, "stop")
+        return _next_user_turn(state, text)
     tool_messages = []
     step = state.steps
     state.steps += 1
@@ -191,11 +214,20 @@ def _take_turn(
                 )
             )
             tool_messages.append(tool_message(call.name, response))
-    if turn_number + 1 >= limits.max_turns:
+    if state.turns_this_user_turn >= limits.max_turns:
         return _finish(state, "max_turns")
     env = state.renderer.environment_ids(state.history, text, tool_messages)
     state.history = [*state.history, {"role": "assistant", "content": text}, *tool_messages]
     _append(rollout, env, policy=False)
+
+
+def _next_user_turn(state: _State, text: str) -> None:
+    user = state.follow_ups.pop(0)
+    env = state.renderer.environment_ids(state.history, text, user)
+    state.history = [*state.history, {"role": "assistant", "content": text}, *user]
+    _append(state.rollout, env, policy=False)
+    state.user_turn += 1
+    state.turns_this_user_turn = 0
 
 
 def _finish(state: _State, reason: str) -> None:

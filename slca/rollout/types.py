@@ -44,6 +44,8 @@ class Turn:
     final: bool
     token_start: int
     token_end: int
+    user_turn: int = 0
+    """The user turn it answers (0 but for tasks with later user turns)."""
 
 
 @dataclass

@@ -422,6 +422,30 @@ def load_bfcl_class(name: str) -> type:
     return getattr(module, name)
 
 
+def bfcl_instances(involved: Iterable[str], config: Mapping[str, Any]) -> dict[str, Any]:
+    """Fresh backend instances of a task by class, each loaded with its part of the task's
+    ``initial_config`` (a deep copy), as BFCL's executor builds them."""
+    instances = {}
+    for cls_name in involved:
+        instance = load_bfcl_class(cls_name)()
+        if cls_name not in BFCL_STATELESS:
+            scenario = config.get(cls_name, {})
+            instance._load_scenario(json.loads(json.dumps(scenario)), long_context=False)
+        instances[cls_name] = instance
+    return instances
+
+
+def bfcl_methods(instances: Mapping[str, Any]) -> dict[str, tuple[str, Callable[..., Any]]]:
+    """The instances' public bound methods by name, with their class; a later class wins
+    a name clash, as in BFCL's mapping."""
+    methods = {}
+    for cls_name, instance in instances.items():
+        for name, method in inspect.getmembers(instance, predicate=inspect.ismethod):
+            if not name.startswith("_"):
+                methods[name] = (cls_name, method)
+    return methods
+
+
 def parse_call(text: Any, where: str) -> tuple[str, list[Any], dict[str, Any]]:
     """``"mv(source='a', destination='b')"`` → (name, positional, keyword), never evaluated.
 
@@ -528,16 +552,9 @@ def bfcl_pairs(
         config = raw.get("initial_config") or {}
         if not isinstance(config, dict):
             raise FidelityError(f"{ref}: initial_config: expected an object")
-        methods: dict[str, tuple[str, Callable[..., Any]]] = {}
+        methods = bfcl_methods(bfcl_instances(involved, config))
         specs: list[dict[str, Any]] = []
         for cls_name in involved:
-            instance = load_bfcl_class(cls_name)()
-            if cls_name not in BFCL_STATELESS:
-                scenario = config.get(cls_name, {})
-                instance._load_scenario(json.loads(json.dumps(scenario)), long_context=False)
-            for name, method in inspect.getmembers(instance, predicate=inspect.ismethod):
-                if not name.startswith("_"):
-                    methods[name] = (cls_name, method)  # later classes win, as in BFCL
             if cls_name not in specs_of:
                 specs_of[cls_name] = bfcl_tool_specs(cls_name)
             specs.extend(specs_of[cls_name])

