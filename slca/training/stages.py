@@ -210,16 +210,28 @@ def build_summary_rm(params: SummaryRMParams, progress: Any = None) -> dict[str,
         progress=progress,
     )
     after = pair_accuracy(model, tokenizer, val, params.max_length)
-    with io.atomic_dir(params.out_dir) as tmp:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-    window = max(1, len(losses) // 10)
+    _save(model, tokenizer, params.out_dir)
     return {
         "summary_rm/pairs": float(len(train)),
-        "summary_rm/first_loss": sum(losses[:window]) / window,
-        "summary_rm/last_loss": sum(losses[-window:]) / window,
+        **_loss_figures("summary_rm", losses),
         "summary_rm/val_accuracy_untrained": before["accuracy"],
         **{f"summary_rm/val_{k}": v for k, v in after.items()},
+    }
+
+
+def _save(model: Any, tokenizer: Any, out_dir: str) -> None:
+    """The model and its tokenizer, written then renamed into ``out_dir``."""
+    with io.atomic_dir(out_dir) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+
+
+def _loss_figures(prefix: str, losses: list[float]) -> dict[str, float]:
+    """Mean loss over the first and the last tenth of the steps (one step's loss is noise)."""
+    window = max(1, len(losses) // 10)
+    return {
+        f"{prefix}/first_loss": sum(losses[:window]) / window,
+        f"{prefix}/last_loss": sum(losses[-window:]) / window,
     }
 
 
@@ -260,13 +272,9 @@ def run_sft(params: SFTParams, progress: Any = None) -> dict[str, float]:
         seed=params.seed,
         progress=progress,
     )
-    with io.atomic_dir(params.out_dir) as tmp:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-    window = max(1, len(losses) // 10)
+    _save(model, tokenizer, params.out_dir)
     return {
-        "sft/first_loss": sum(losses[:window]) / window,
-        "sft/last_loss": sum(losses[-window:]) / window,
+        **_loss_figures("sft", losses),
         "sft/steps": float(len(losses)),
         "sft/examples": float(len(examples)),
         "sft/too_long": float(too_long),
