@@ -176,7 +176,8 @@ def execute_calls(call_strings: Iterable[str], instances: Mapping[str, Any]) -> 
 class MultiTurnExecutor:
     """Runs rollout calls on the task's live BFCL API instances: a drop-in for
     ``Simulator.execute``. One set of instances per ``scope`` (``(task_id, group)``),
-    built at the entry's initial config on its first call."""
+    built at the entry's initial config on its first call. The rollouts of one group
+    share a scope, so each must be its own group: evaluate runs one rollout per task."""
 
     def __init__(self) -> None:
         self._instances: dict[Any, dict[str, Any]] = {}
