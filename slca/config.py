@@ -6,6 +6,7 @@ pydantic descriptions, so ``Model.model_json_schema()`` documents params.yaml.
 
 from __future__ import annotations
 
+import argparse
 import copy
 from collections.abc import Mapping
 from pathlib import Path
@@ -185,6 +186,23 @@ def parse_override(text: str) -> tuple[str, Any]:
     if not sep or not key:
         raise ConfigError(f"override {text!r}: expected key=value (e.g. train.steps=4)")
     return key.strip(), yaml.safe_load(value)
+
+
+def add_override_option(parser: argparse.ArgumentParser, example: str) -> None:
+    """The stage CLIs' repeatable ``-S/--set KEY=VALUE`` (read with :func:`overrides_of`)."""
+    parser.add_argument(
+        "-S",
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"override a param, as dvc exp run -S ({example}); repeatable",
+    )
+
+
+def overrides_of(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``-S`` overrides of parsed arguments, by dotted key."""
+    return dict(parse_override(text) for text in args.set)
 
 
 class RolloutConfig(StrictModel):

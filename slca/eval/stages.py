@@ -19,7 +19,13 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from slca.config import ConfigError, StrictModel, load_section, parse_override
+from slca.config import (
+    ConfigError,
+    StrictModel,
+    add_override_option,
+    load_section,
+    overrides_of,
+)
 from slca.data import io
 from slca.data.record import TaskRecord
 from slca.eval.bfcl import CATEGORIES
@@ -315,17 +321,10 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m slca.eval.stages", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--params", default="params.yaml")
-    parser.add_argument(
-        "-S",
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a param, as dvc exp run -S (evaluate.model_dir=models/sft); repeatable",
-    )
+    add_override_option(parser, "evaluate.model_dir=models/sft")
     args = parser.parse_args(argv)
     try:
-        overrides = dict(parse_override(text) for text in args.set)
+        overrides = overrides_of(args)
         params = load_section(args.params, "evaluate", EvaluateParams, overrides)
         metrics = evaluate(params, progress=tqdm_progress())
     except (ConfigError, ValueError, FileNotFoundError) as exc:

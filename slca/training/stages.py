@@ -17,7 +17,14 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from slca.config import ConfigError, StrictModel, TrainConfig, load_section, parse_override
+from slca.config import (
+    ConfigError,
+    StrictModel,
+    TrainConfig,
+    add_override_option,
+    load_section,
+    overrides_of,
+)
 from slca.data import io
 from slca.jsonutil import canonical_json
 from slca.training.config import EngineConfig
@@ -436,17 +443,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("step", choices=["base_model", "sft", "summary_rm", "train"])
     parser.add_argument("--params", default="params.yaml")
     parser.add_argument("--resume", action="store_true", help="train: continue the last run")
-    parser.add_argument(
-        "-S",
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a param, as dvc exp run -S (train.steps=4); repeatable",
-    )
+    add_override_option(parser, "train.steps=4")
     args = parser.parse_args(argv)
     try:
-        overrides = dict(parse_override(text) for text in args.set)
+        overrides = overrides_of(args)
         if args.step == "base_model":
             params = load_section(args.params, "base_model", BaseModelParams, overrides)
             print(build_base_model(params))
