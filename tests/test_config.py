@@ -83,6 +83,20 @@ def test_dotted_overrides_apply_before_validation_and_are_named_in_errors(tmp_pa
         load_section(path, "train.algorithm", AlgorithmConfig, {"train.algorithm.loss.clip_low": 2})
 
 
+def test_stage_clis_read_repeated_set_options_as_yaml_values():
+    import argparse
+
+    from slca.config import add_override_option, overrides_of
+
+    parser = argparse.ArgumentParser()
+    add_override_option(parser, "train.steps=4")
+    args = parser.parse_args(["-S", "train.steps=4", "--set", "train.run_name=a b", "-S", "x=[1]"])
+    assert overrides_of(args) == {"train.steps": 4, "train.run_name": "a b", "x": [1]}
+    assert overrides_of(parser.parse_args([])) == {}
+    with pytest.raises(ConfigError, match="expected key=value"):
+        overrides_of(parser.parse_args(["-S", "train.steps"]))
+
+
 def test_estimator_shorthand_sets_the_advantage_estimator_and_must_agree():
     from slca.config import TrainConfig
 
