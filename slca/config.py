@@ -242,6 +242,26 @@ class UpdateConfig(StrictModel):
     instead of trusting the engine's (vLLM kernels differ slightly from training)."""
 
 
+class ValidationConfig(StrictModel):
+    """Held-out validation during training (verl's ``test_freq``, TRL's ``eval_steps``):
+    one greedy rollout per task of a fixed seeded subset, scored against gold as
+    ``evaluate`` scores the test split; logged as ``val/<metric>`` at the step."""
+
+    every: int = Field(0, ge=0)
+    """Steps between validations (the last step always validates); 0 turns it off."""
+    split: str = "val"
+    """The held-out split; never ``train``."""
+    max_tasks: int = Field(32, ge=1)
+    """Tasks drawn with the run's seed from the split (the same ones every time)."""
+
+    @field_validator("split")
+    @classmethod
+    def _held_out(cls, split: str) -> str:
+        if split == "train":
+            raise ValueError("validation on the train split is not held out; use val or test")
+        return split
+
+
 class TrainConfig(StrictModel):
     """The RL cycle: rollout → score → advantages → update, ``steps`` times."""
 
@@ -270,6 +290,8 @@ class TrainConfig(StrictModel):
     """Minibatching."""
     rewards: RewardConfig = Field(default_factory=RewardConfig)
     """HierR and the summary scorer."""
+    validation: ValidationConfig = Field(default_factory=ValidationConfig)
+    """Held-out validation every few steps (off by default)."""
     engine: EngineConfig = Field(default_factory=lambda: EngineConfig(optim={"lr": 1e-5}))
     """Update engine (torch or DeepSpeed) and optimizer."""
     init_dir: str = "models/sft"

@@ -220,6 +220,8 @@ CURVE_METRICS = (
     "rollout/tool_calls_per_task",
     "rollout/redundant_calls",
     "actor/kl",
+    "val/success_at_0.9",
+    "val/redundant_calls_per_task",
 )
 
 

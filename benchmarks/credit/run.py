@@ -82,6 +82,11 @@ def run_job(job: dict, args: argparse.Namespace) -> tuple[str, int, float]:
             "-S", "train.rewards.summary.name=reward_model",
             "-S", f"train.rewards.summary.reward_model.path={summary_rm_dir(args)}",
         ]  # fmt: skip
+    if args.validate_every:
+        train += [
+            "-S", f"train.validation.every={args.validate_every}",
+            "-S", f"train.validation.max_tasks={args.validate_tasks}",
+        ]  # fmt: skip
     for item in job.get("extra", []):
         train += ["-S", item]
     evaluate = evaluate_command(args, work / "model", job["name"])
@@ -232,6 +237,13 @@ def main(argv: list[str] | None = None) -> int:
         help="R_summary in training: a preference model trained first (the tiny policy "
         "cannot ground answers, so under grounded its summaries all score ~0)",
     )
+    parser.add_argument(
+        "--validate-every",
+        type=int,
+        default=0,
+        help="held-out validation (the val split) every N steps during training; 0: none",
+    )
+    parser.add_argument("--validate-tasks", type=int, default=32, help="val tasks per validation")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--work", type=Path, default=REPO / "benchmarks/credit/work")
     parser.add_argument("--tracking-dir", type=Path, default=REPO / "benchmarks/credit/mlflow")

@@ -182,6 +182,8 @@ def write_report(runs: Sequence[RunRecord], out_dir: str | os.PathLike[str], tit
         ("reward/tool", "reward_tool"),
         ("reward/sum", "reward_sum"),
         ("rollout/redundant_calls", "redundant"),
+        ("val/success_at_0.9", "val_success"),
+        ("val/redundant_calls_per_task", "val_redundant"),
     ):
         if plot_curves(kept, key, out / f"curve_{name}.png"):
             lines.append(f"![{key}](curve_{name}.png)\n")

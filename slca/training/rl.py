@@ -25,7 +25,9 @@ from torch import Tensor
 from slca.advantages import compute_advantages
 from slca.config import TrainConfig
 from slca.data.record import TaskRecord
+from slca.eval.in_domain import in_domain_metrics
 from slca.losses import policy_loss
+from slca.rewards.config import RewardConfig
 from slca.rewards.score import RewardBreakdown, per_block_rewards, score_batch
 from slca.rollout.engines import Engine, SamplingParams
 from slca.rollout.loop import RolloutLimits, run_rollouts
@@ -108,6 +110,7 @@ class Trainer:
         summary_scorer: Any = None,
         progress: Any = None,
         run_id: str | None = None,
+        validation_tasks: Sequence[TaskRecord] = (),
     ):
         algorithm = config.algorithm
         if algorithm.loss.kl_coef > 0 and reference is None:
@@ -117,6 +120,7 @@ class Trainer:
         self.tracker, self.summary_scorer, self.progress = tracker, summary_scorer, progress
         self.sampler = TaskSampler(tasks, config.seed)
         self.tasks_by_id = {t.id: t for t in tasks}
+        self.validation_tasks = list(validation_tasks)
         self.checkpoint_dir = Path(checkpoint_dir)
         self.state = TrainerState(run_id=run_id)
 
@@ -140,7 +144,10 @@ class Trainer:
         return self.learn(sampled, self.score(sampled))
 
     def end_step(self, metrics: dict[str, float]) -> None:
-        """Log a finished step's metrics, report progress, checkpoint when due."""
+        """Validate when due, log a finished step's metrics, report progress, checkpoint
+        when due."""
+        if self._validation_due():
+            metrics = {**metrics, **self.validate()}
         if self.tracker is not None:
             self.tracker.log_metrics(metrics, step=self.state.step)
         if self.progress is not None:
@@ -148,6 +155,33 @@ class Trainer:
         last = self.state.step == self.config.steps
         if last or self.state.step % self.config.checkpoint_every == 0:
             self.checkpoint()
+
+    def _validation_due(self) -> bool:
+        every = self.config.validation.every
+        if not every or not self.validation_tasks:
+            return False
+        return self.state.step % every == 0 or self.state.step == self.config.steps
+
+    def validate(self) -> dict[str, float]:
+        """One greedy rollout per validation task with the current weights, scored
+        against gold as ``evaluate`` scores the test split: ``val/<metric>`` (see
+        :func:`slca.eval.in_domain.in_domain_metrics`). Changes no trainer state."""
+        rollout = self.config.rollout
+        self._sync_rollout_weights()
+        rollouts = run_rollouts(
+            self.validation_tasks,
+            engine=self.rollout_engine,
+            tokenizer=self.tokenizer,
+            simulator=self.simulator,
+            group_size=1,
+            sampling=SamplingParams(max_new_tokens=rollout.max_new_tokens, temperature=0.0),
+            limits=RolloutLimits(
+                max_turns=rollout.max_turns, max_total_tokens=rollout.max_total_tokens
+            ),
+        )
+        tasks = {t.id: t for t in self.validation_tasks}
+        scores = score_batch(rollouts, tasks, RewardConfig(mode="process"))
+        return {f"val/{k.partition('/')[2]}": v for k, v in in_domain_metrics(scores).items()}
 
     def sample(self) -> Sampled:
         """The next step's tasks and their ``group_size`` rollouts each (with the

@@ -343,6 +343,7 @@ def training_session(
         tokenizer,
         config.rollout.max_total_tokens - config.rollout.max_new_tokens,
     )
+    validation = validation_tasks(config, tokenizer)
     update = build_engine(model, config.engine)
     if config.rollout.engine == "vllm":
         from slca.rollout.vllm_engine import VLLMEngine
@@ -371,6 +372,7 @@ def training_session(
             tracker=tracker,
             progress=progress,
             run_id=tracker.run_id,
+            validation_tasks=validation,
         )
         if checkpoint is not None:
             trainer.restore()
@@ -387,6 +389,28 @@ def training_session(
         tracker.log_model(update.module, tokenizer)
         if config.curve_path is not None:
             write_curves(tracker.run_id, config.curve_path, tracking_uri=tracker.tracking_uri)
+
+
+def validation_tasks(config: TrainConfig, tokenizer: Any) -> list[Any]:
+    """The held-out tasks ``train.validation`` names (none when it is off): a seeded
+    subset of the split, of the training sources, that fits the rollout budget."""
+    from slca.eval.stages import draw
+
+    settings = config.validation
+    if not settings.every:
+        return []
+    pool = [
+        t
+        for t in io.read_dataset(config.in_dir, [settings.split])
+        if config.sources is None or t.source in config.sources
+    ]
+    if not pool:
+        raise ValueError(
+            f"train.validation: no {settings.split!r} task in {config.in_dir}"
+            + (f" from train.sources={config.sources}" if config.sources else "")
+        )
+    budget = config.rollout.max_total_tokens - config.rollout.max_new_tokens
+    return fitting_tasks(draw(pool, settings.max_tasks, config.seed), tokenizer, budget)
 
 
 def fitting_tasks(tasks: list[Any], tokenizer: Any, max_prompt_tokens: int) -> list[Any]:

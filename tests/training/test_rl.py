@@ -232,3 +232,30 @@ def test_per_call_granularity_reaches_the_estimator(world, tmp_path):
         trainer.run()
         tool[granularity] = recorder.histograms[0][1]["tool"]
     assert len(set(tool["trajectory"].round(6))) < len(set(tool["per_call"].round(6)))
+
+
+def test_validation_scores_held_out_tasks_when_due_and_leaves_training_alone(world, tmp_path):
+    tasks, _ = world
+    plain, _, rec_plain = make(world, tmp_path / "plain", steps=3)
+    plain.run()
+    validated, _, rec_val = make(world, tmp_path / "val", steps=3, validation={"every": 2})
+    validated.validation_tasks = tasks[:1]
+    validated.run()
+    logged = {step: m for step, m in rec_val.metrics}
+    assert [s for s, m in rec_val.metrics if "val/success_at_0.9" in m] == [2, 3]  # last too
+    # the scripted policy's greedy answer (position 0 of each turn) is the right call and
+    # the right figure: full marks, scored against gold like evaluate
+    assert logged[2]["val/success_at_0.9"] == 1.0 and logged[2]["val/tasks"] == 1.0
+    assert logged[3]["val/redundant_calls_per_task"] == 0.0
+    for (_, a), (_, b) in zip(rec_plain.metrics, rec_val.metrics):
+        for key in ("reward/tool", "adv/tool_std", "actor/pg_loss", "actor/grad_norm"):
+            assert a[key] == b[key], key
+
+
+def test_validation_is_off_by_default_and_never_on_the_train_split(world, tmp_path):
+    trainer, _, recorder = make(world, tmp_path, steps=1)
+    trainer.validation_tasks = world[0][:1]
+    trainer.run()
+    assert not any(k.startswith("val/") for k in recorder.metrics[0][1])
+    with pytest.raises(ValueError, match="not held out"):
+        TrainConfig.model_validate({"validation": {"every": 1, "split": "train"}})

@@ -136,3 +136,29 @@ def test_tasks_whose_prompt_cannot_fit_a_turn_are_left_out(workspace):
     assert fitting_tasks(tasks, tokenizer, 100_000) == tasks
     with pytest.raises(ValueError, match="no task's prompt fits"):
         fitting_tasks(tasks, tokenizer, 10)
+
+
+def test_validation_draws_a_fitting_seeded_subset_of_the_held_out_split(workspace):
+    from slca.training.stages import validation_tasks
+
+    root, _ = workspace
+    _, tokenizer = load_causal_lm(root / "models/base")
+    assert validation_tasks(train_config(root), tokenizer) == []  # off by default
+    config = train_config(root, validation={"every": 1, "max_tasks": 3})
+    drawn = validation_tasks(config, tokenizer)
+    assert len(drawn) == 3 and {t.split for t in drawn} == {"val"}
+    assert [t.id for t in validation_tasks(config, tokenizer)] == [t.id for t in drawn]
+    with pytest.raises(ValueError, match=r"train.validation: no 'test' task .* train.sources"):
+        validation_tasks(
+            train_config(root, sources=["nestful"], validation={"every": 1, "split": "test"}),
+            tokenizer,
+        )
+    settings = {
+        "tracking_dir": str(root / "mlflow"),
+        "experiment": "val",
+        "validation": {"every": 1, "max_tasks": 2},
+        "out_dir": str(root / "models/rl_val"),
+        "checkpoint_dir": str(root / "checkpoints/rl_val"),
+    }
+    run_id = run_train(train_config(root, **settings))
+    assert history(root, run_id, "val/success_at_0.9") == [1, 2]
