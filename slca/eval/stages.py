@@ -192,19 +192,38 @@ def evaluate(params: EvaluateParams, progress: Progress | None = None) -> dict[s
     return metrics
 
 
-def _in_domain_tasks(params: EvaluateParams) -> list[TaskRecord]:
-    split = params.in_domain
-    pool = [
-        t
-        for t in io.read_dataset(params.in_dir, [split.split])
-        if split.sources is None or t.source in split.sources
-    ]
+def draw_split(
+    in_dir: str,
+    split: str,
+    sources: list[str] | None,
+    n: int | None,
+    seed: int,
+    *,
+    where: str,
+    sources_label: str,
+) -> list[TaskRecord]:
+    """:func:`draw` of ``n`` tasks of one split (only ``sources``, when given); an error
+    naming ``where`` (the step) and the sources param (``sources_label``) when none is left."""
+    pool = [t for t in io.read_dataset(in_dir, [split]) if sources is None or t.source in sources]
     if not pool:
         raise ValueError(
-            f"evaluate: no {split.split!r} task in {params.in_dir}"
-            + (f" from sources {split.sources}" if split.sources else "")
+            f"{where}: no {split!r} task in {in_dir}"
+            + (f" from {sources_label}{sources}" if sources else "")
         )
-    return draw(pool, split.max_tasks, params.seed)
+    return draw(pool, n, seed)
+
+
+def _in_domain_tasks(params: EvaluateParams) -> list[TaskRecord]:
+    split = params.in_domain
+    return draw_split(
+        params.in_dir,
+        split.split,
+        split.sources,
+        split.max_tasks,
+        params.seed,
+        where="evaluate",
+        sources_label="sources ",
+    )
 
 
 def _eval_tasks(params: EvaluateParams, source: str, groups: list[str], n: int) -> list[TaskRecord]:

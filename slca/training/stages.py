@@ -394,23 +394,22 @@ def training_session(
 def validation_tasks(config: TrainConfig, tokenizer: Any) -> list[Any]:
     """The held-out tasks ``train.validation`` names (none when it is off): a seeded
     subset of the split, of the training sources, that fits the rollout budget."""
-    from slca.eval.stages import draw
+    from slca.eval.stages import draw_split
 
     settings = config.validation
     if not settings.every:
         return []
-    pool = [
-        t
-        for t in io.read_dataset(config.in_dir, [settings.split])
-        if config.sources is None or t.source in config.sources
-    ]
-    if not pool:
-        raise ValueError(
-            f"train.validation: no {settings.split!r} task in {config.in_dir}"
-            + (f" from train.sources={config.sources}" if config.sources else "")
-        )
+    drawn = draw_split(
+        config.in_dir,
+        settings.split,
+        config.sources,
+        settings.max_tasks,
+        config.seed,
+        where="train.validation",
+        sources_label="train.sources=",
+    )
     budget = config.rollout.max_total_tokens - config.rollout.max_new_tokens
-    return fitting_tasks(draw(pool, settings.max_tasks, config.seed), tokenizer, budget)
+    return fitting_tasks(drawn, tokenizer, budget)
 
 
 def fitting_tasks(tasks: list[Any], tokenizer: Any, max_prompt_tokens: int) -> list[Any]:
