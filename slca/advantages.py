@@ -252,37 +252,39 @@ def _group_zscore_float32(
 ) -> Tensor:
     """:func:`group_zscore` with ``numerics="float32"``.
 
-    Groups are bucketed by size and each bucket reduced as one ``(groups, size)``
-    matrix: torch sums a contiguous row in the order it sums a 1-D tensor of that
-    length, so the statistics equal the reference's per-group ``stack().mean()`` /
-    ``.std()`` bit for bit without a Python loop over groups.
+    The float32 mean must be summed in torch's order for a 1-D tensor of the group's
+    length: groups are bucketed by size and each bucket summed as one ``(groups,
+    size)`` matrix, whose contiguous rows torch sums in that order (tested bit for bit
+    against the per-group loop). The std's sum of squares is float64 accumulated in row
+    order, as torch's full reduction does, so one ``index_add_`` serves every group.
     """
     x = scores.float()
     device = x.device
-    rows = present.nonzero().squeeze(1)
-    member_group = inverse[rows]
-    rows = rows[torch.argsort(member_group, stable=True)]  # by group, row order within
-    count = torch.bincount(inverse[rows], minlength=n_groups)
-    first = torch.cumsum(count, 0) - count  # position of each group's first member in rows
+    # Present rows grouped together, row order within a group; absent rows last.
+    order = torch.argsort(torch.where(present, inverse, n_groups), stable=True)
+    count = torch.zeros(n_groups + 1, dtype=torch.long, device=device).index_add_(
+        0, torch.where(present, inverse, n_groups), torch.ones_like(inverse)
+    )[:n_groups]
+    first = torch.cumsum(count, 0) - count
     mean = torch.zeros(n_groups, dtype=torch.float32, device=device)
-    std = torch.ones(n_groups, dtype=torch.float32, device=device)
     for size in torch.unique(count).tolist():
         if size < 2:
             continue
         groups = (count == size).nonzero().squeeze(1)
-        members = rows[first[groups][:, None] + torch.arange(size, device=device)]
-        values = x[members]  # (groups, size), each row one group in row order
-        group_mean = values.sum(dim=1) / size
-        mean[groups] = group_mean
-        if norm_by_std:
-            squares = (values.double() - group_mean.double()[:, None]).square().sum(dim=1)
-            std[groups] = (squares / (size - 1)).sqrt().float()
-    # A singleton keeps mean 0 and std 1 (verl's rule), or is zeroed below.
+        members = order[first[groups, None] + torch.arange(size, device=device)]
+        mean[groups] = x[members].sum(dim=1) / size
     member_count = count[inverse]
-    centred = x - mean[inverse]
-    out = centred / (std[inverse] + eps) if norm_by_std else centred
     keep = present & ((member_count >= 2) | ((member_count == 1) & (singleton == "raw")))
-    return torch.where(keep, out, 0.0)
+    centred = x - mean[inverse]  # a singleton's mean stays 0 (verl's rule)
+    if not norm_by_std:
+        return torch.where(keep, centred, 0.0)
+    squares = torch.where(keep, (x.double() - mean.double()[inverse]) ** 2, 0.0)
+    total = torch.zeros(n_groups, dtype=torch.float64, device=device).index_add_(
+        0, inverse, squares
+    )
+    # A singleton's std is 1 (verl's rule); (count - 1) is then 0, so take 1 there.
+    std = torch.where(count >= 2, (total / (count - 1).clamp(min=1)).sqrt(), 1.0).float()
+    return torch.where(keep, centred / (std[inverse] + eps), 0.0)
 
 
 def _onto(row_values: Tensor, mask: Tensor) -> Tensor:
