@@ -260,29 +260,29 @@ def _group_zscore_float32(
     """
     x = scores.float()
     device = x.device
+    key = torch.where(present, inverse, n_groups)  # absent rows: a group of their own
+    count = torch.bincount(key, minlength=n_groups + 1)[:n_groups]
     # Present rows grouped together, row order within a group; absent rows last.
-    order = torch.argsort(torch.where(present, inverse, n_groups), stable=True)
-    count = torch.zeros(n_groups + 1, dtype=torch.long, device=device).index_add_(
-        0, torch.where(present, inverse, n_groups), torch.ones_like(inverse)
-    )[:n_groups]
-    first = torch.cumsum(count, 0) - count
+    order = torch.argsort(key, stable=True)
+    sizes = set(count.tolist())
     mean = torch.zeros(n_groups, dtype=torch.float32, device=device)
-    for size in torch.unique(count).tolist():
-        if size < 2:
-            continue
-        groups = (count == size).nonzero().squeeze(1)
-        members = order[first[groups, None] + torch.arange(size, device=device)]
-        mean[groups] = x[members].sum(dim=1) / size
-    member_count = count[inverse]
-    keep = present & ((member_count >= 2) | ((member_count == 1) & (singleton == "raw")))
-    centred = x - mean[inverse]  # a singleton's mean stays 0 (verl's rule)
+    if len(sizes) == 1 and (size := sizes.pop()) >= 2:  # the usual case: one group size
+        mean = x[order[: n_groups * size]].view(n_groups, size).sum(dim=1) / size
+    else:
+        first = torch.cumsum(count, 0) - count
+        for size in sorted(sizes - {0, 1}):
+            groups = (count == size).nonzero().squeeze(1)
+            members = order[first[groups, None] + torch.arange(size, device=device)]
+            mean[groups] = x[members].sum(dim=1) / size
+    # A singleton keeps mean 0 and std 1 under verl's rule; otherwise it is dropped.
+    keep = present & (count >= (1 if singleton == "raw" else 2))[inverse]
+    centred = x - mean[inverse]
     if not norm_by_std:
         return torch.where(keep, centred, 0.0)
     squares = torch.where(keep, (x.double() - mean.double()[inverse]) ** 2, 0.0)
     total = torch.zeros(n_groups, dtype=torch.float64, device=device).index_add_(
         0, inverse, squares
     )
-    # A singleton's std is 1 (verl's rule); (count - 1) is then 0, so take 1 there.
     std = torch.where(count >= 2, (total / (count - 1).clamp(min=1)).sqrt(), 1.0).float()
     return torch.where(keep, centred / (std[inverse] + eps), 0.0)
 

@@ -432,7 +432,9 @@ GROUP_SIZES = st.sampled_from([1, 2, 3, 4, 5, 8, 16, 17, 33])
 
 @st.composite
 def grouped_scores(draw):
-    sizes = draw(st.lists(GROUP_SIZES, min_size=1, max_size=5))
+    sizes = draw(
+        st.one_of(st.lists(GROUP_SIZES, min_size=1, max_size=5), GROUP_SIZES.map(lambda n: [n] * 3))
+    )
     groups = [g for g, n in enumerate(sizes) for _ in range(n)]
     order = draw(st.permutations(range(len(groups))))
     groups = [groups[i] for i in order]  # members interleaved across the batch
@@ -444,7 +446,9 @@ def grouped_scores(draw):
             max_size=len(groups),
         )
     )
-    present = draw(st.lists(st.booleans(), min_size=len(groups), max_size=len(groups)))
+    everyone = st.just([True] * len(groups))  # equal sizes then take the one-size path
+    some = st.lists(st.booleans(), min_size=len(groups), max_size=len(groups))
+    present = draw(st.one_of(everyone, some))
     return scores, groups, present
 
 
