@@ -128,6 +128,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes only")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    parser.add_argument("--no-step", action="store_true", help="skip the training-step comparison")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -172,6 +173,8 @@ def main() -> None:
             flush=True,
         )
 
+    if args.no_step:
+        return
     model, config = tiny_model()
     params = sum(p.numel() for p in model.parameters())
     step_sizes = [(512, 512)] if args.quick else [(64, 512), (512, 512), (512, 4096)]
