@@ -203,8 +203,8 @@ def group_zscore(
     Returns:
         ``(N,)`` float32: ``(s - mean) / (std + eps)`` (unbiased std) for present
         members of groups with at least 2 present members (``s - mean`` when
-        ``norm_by_std`` is False); the ``singleton`` rule for groups of one; exactly
-        0 for absent members.
+        ``norm_by_std`` is False; float64: exactly 0 when they are all equal); the
+        ``singleton`` rule for groups of one; exactly 0 for absent members.
     """
     if present is None:
         present = torch.ones_like(group_index, dtype=torch.bool)
@@ -336,8 +336,9 @@ def grpo(
     guarded=None,
     **_,
 ) -> Tensor:
-    """GRPO: one scalar per rollout, ``R = Σ_h w_h·R_h`` z-scored in its group (all
-    members), broadcast to every head token. ``(B,)`` rewards → ``(B, T)``."""
+    """GRPO: one scalar per rollout, ``R = Σ_h w_h·R_h`` (a guarded rollout's penalty
+    as is with ``weight_penalty=False``) z-scored in its group (all members), broadcast
+    to every head token. ``(B,)`` rewards → ``(B, T)``."""
     a = group_zscore(
         _combined_reward(rewards, weights, weight_penalty, guarded),
         group_index,

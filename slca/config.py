@@ -69,7 +69,8 @@ class AdvantageConfig(StrictModel):
     eps: float = Field(1e-6, gt=0)
     """Added to the group std before dividing."""
     granularity: Literal["trajectory", "per_call"] = "trajectory"
-    """slca only: one tool advantage per trajectory (the paper) or one per tool call."""
+    """slca only: one tool advantage per trajectory (the paper's estimator; the authors'
+    code exactly is ``profile: reference``) or one per tool call."""
     numerics: Numerics = "float64"
     """``float64`` (slca): group statistics in float64, a group whose rewards are all
     equal gets exactly 0. ``float32`` (the authors' code): float32 arithmetic in torch's
