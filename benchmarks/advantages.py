@@ -1,13 +1,16 @@
-"""Estimator cost: slca vs grpo, and both against one training step of a tiny model.
+"""Estimator cost: slca vs grpo, each under the default and the reference profile, and
+both against one training step of a tiny model.
 
-    .venv/bin/python benchmarks/advantages.py            # the table in docs/benchmarks.md
+    .venv/bin/python benchmarks/advantages.py            # the tables in docs/benchmarks.md
     .venv/bin/python benchmarks/advantages.py --quick    # small sizes, a few seconds
 
-Both estimators run side by side in one process on the same inputs (interleaved
-repeats, median), so the ratio is robust to machine noise. The training step is
-one forward+backward over the same B×T tokens of a tiny Qwen2-architecture model,
-micro-batched the way any trainer accumulates gradients: we time a few
-micro-batches and scale by their count.
+All arms run side by side in one process on the same inputs (interleaved repeats,
+median), so the ratios are robust to machine noise. The reference profile's arms pass
+its estimator switches (float32 numerics, verl's singleton rule, the unweighted
+penalty with a guarded row in every group); its segmenting (mask runs) is timed against
+the grammar routing on the same layout. The training step is one forward+backward over
+the same B×T tokens of a tiny Qwen2-architecture model, micro-batched the way any
+trainer accumulates gradients: we time a few micro-batches and scale by their count.
 """
 
 from __future__ import annotations
@@ -19,6 +22,10 @@ import time
 import torch
 
 from slca.advantages import compute_advantages
+from slca.config import TrainConfig
+from slca.segments import ENV, KIND_CODE, head_masks
+
+REFERENCE = TrainConfig(algorithm={"profile": "reference"}).algorithm.advantage.switches()
 
 
 def make_batch(B: int, T: int, group_size: int = 8, seed: int = 0):
@@ -41,16 +48,47 @@ def make_batch(B: int, T: int, group_size: int = 8, seed: int = 0):
 
 
 def time_estimators(B: int, T: int, repeats: int) -> dict[str, float]:
+    """Median seconds of ``compute_advantages`` per arm: ``grpo``/``slca`` (default
+    profile) and ``grpo_ref``/``slca_ref`` (the reference profile's switches)."""
     rewards, masks, groups = make_batch(B, T)
-    samples: dict[str, list[float]] = {"grpo": [], "slca": []}
-    for name in samples:  # warm-up
-        compute_advantages(name, rewards=rewards, head_masks=masks, group_index=groups)
+    guarded = torch.arange(B) % 8 == 0  # one guarded rollout per group of 8
+    arms = {
+        "grpo": ("grpo", {}),
+        "slca": ("slca", {}),
+        "grpo_ref": ("grpo", {**REFERENCE, "guarded": guarded}),
+        "slca_ref": ("slca", {**REFERENCE, "guarded": guarded}),
+    }
+    samples: dict[str, list[float]] = {arm: [] for arm in arms}
+
+    def call(arm: str) -> None:
+        name, switches = arms[arm]
+        compute_advantages(name, rewards=rewards, head_masks=masks, group_index=groups, **switches)
+
+    for arm in arms:  # warm-up
+        call(arm)
     for _ in range(repeats):
-        for name in samples:  # interleaved, so drift hits both alike
+        for arm in arms:  # interleaved, so drift hits every arm alike
             start = time.perf_counter()
-            compute_advantages(name, rewards=rewards, head_masks=masks, group_index=groups)
-            samples[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in samples.items()}
+            call(arm)
+            samples[arm].append(time.perf_counter() - start)
+    return {arm: statistics.median(values) for arm, values in samples.items()}
+
+
+def time_segmenting(B: int, T: int, repeats: int) -> dict[str, float]:
+    """Median seconds of ``head_masks`` in grammar mode and in mask-run mode."""
+    _, masks, _ = make_batch(B, T)
+    codes = torch.full((B, T), ENV)
+    codes[masks["tool"]] = KIND_CODE["tool_call"]
+    codes[masks["summary"]] = KIND_CODE["summary"]
+    samples: dict[str, list[float]] = {"grammar": [], "mask_runs": []}
+    for mode in samples:
+        head_masks(codes, mode=mode)
+    for _ in range(repeats):
+        for mode in samples:
+            start = time.perf_counter()
+            head_masks(codes, mode=mode)
+            samples[mode].append(time.perf_counter() - start)
+    return {mode: statistics.median(values) for mode, values in samples.items()}
 
 
 def tiny_model():
@@ -90,6 +128,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes only")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    parser.add_argument("--no-step", action="store_true", help="skip the training-step comparison")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -112,6 +151,30 @@ def main() -> None:
             flush=True,
         )
 
+    print("\nReference profile: the same estimators with its switches (float32 numerics,")
+    print("verl singleton rule, unweighted penalty), and its segmenting, same inputs\n")
+    print("| B | T | grpo ms | grpo ref ms | ref/default | slca ms | slca ref ms | ref/default |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for B, T in sizes:
+        t = results[(B, T)]
+        print(
+            f"| {B} | {T} | {t['grpo'] * 1e3:.2f} | {t['grpo_ref'] * 1e3:.2f} | "
+            f"{t['grpo_ref'] / t['grpo']:.2f}x | {t['slca'] * 1e3:.2f} | "
+            f"{t['slca_ref'] * 1e3:.2f} | {t['slca_ref'] / t['slca']:.2f}x |",
+            flush=True,
+        )
+    print("\n| B | T | grammar routing ms | mask runs ms | mask runs/grammar |")
+    print("|---:|---:|---:|---:|---:|")
+    for B, T in sizes:
+        t = time_segmenting(B, T, args.repeats)
+        print(
+            f"| {B} | {T} | {t['grammar'] * 1e3:.2f} | {t['mask_runs'] * 1e3:.2f} | "
+            f"{t['mask_runs'] / t['grammar']:.2f}x |",
+            flush=True,
+        )
+
+    if args.no_step:
+        return
     model, config = tiny_model()
     params = sum(p.numel() for p in model.parameters())
     step_sizes = [(512, 512)] if args.quick else [(64, 512), (512, 512), (512, 4096)]

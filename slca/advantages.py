@@ -12,6 +12,19 @@ and returns ``(advantages (B, T) float32, metrics)``: exactly 0 outside the
 head masks, never NaN or inf for finite inputs. The trainer calls
 :func:`compute_advantages` with a configured name; the registry is the only
 dispatch path.
+
+Three switches reproduce the authors' code (the ``reference`` profile) and are each
+usable alone; their defaults are slca's design (docs/decisions.md, "Reference
+profile"):
+
+- ``numerics``: ``"float64"`` (statistics in float64, a constant group gets exactly
+  0) or ``"float32"`` (the reference's float32 arithmetic in torch's order, no
+  zero-std branch: a tied group gets its float32 rounding noise);
+- ``singleton``: a group of one rollout in the whole-rollout z-score (``grpo``,
+  ``dr_grpo``, ``toolpo``'s outcome term) gets ``"zero"`` or, as verl, ``"raw"``
+  (mean 0, std 1: ``R / (1 + eps)``);
+- ``weight_penalty``: the whole-rollout reward of a guarded rollout (``guarded``) is
+  ``Σ w_h·R_h`` (True) or the penalty ``R_summary`` as is (False, the reference).
 """
 
 from __future__ import annotations
@@ -29,6 +42,10 @@ TOOL, SUMMARY = "tool", "summary"
 """The two HierR heads; estimators that treat the tool head specially use this name."""
 
 Granularity = Literal["trajectory", "per_call"]
+Numerics = Literal["float64", "float32"]
+Singleton = Literal["zero", "raw"]
+NUMERICS: tuple[str, ...] = ("float64", "float32")
+SINGLETONS: tuple[str, ...] = ("zero", "raw")
 
 
 class Estimator(Protocol):
@@ -44,6 +61,10 @@ class Estimator(Protocol):
         granularity: Granularity,
         call_rewards: Tensor | None,
         call_index: Tensor | None,
+        numerics: Numerics,
+        singleton: Singleton,
+        weight_penalty: bool,
+        guarded: Tensor | None,
     ) -> Tensor: ...
 
 
@@ -75,6 +96,10 @@ def compute_advantages(
     granularity: Granularity = "trajectory",
     call_rewards: Tensor | None = None,
     call_index: Tensor | None = None,
+    numerics: Numerics = "float64",
+    singleton: Singleton = "zero",
+    weight_penalty: bool = True,
+    guarded: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Advantages ``(B, T)`` from the estimator registered as ``name``, plus metrics.
 
@@ -95,6 +120,13 @@ def compute_advantages(
             NaN where the rollout made no k-th call. ``per_call`` only.
         call_index: ``(B, T)`` int, the call (0..K-1) each tool-head token belongs
             to, -1 for tokens tied to no call. ``per_call`` only.
+        numerics: ``"float64"`` or ``"float32"``; see :func:`group_zscore`.
+        singleton: ``"zero"`` or ``"raw"``: a group of one rollout in the
+            whole-rollout z-score of ``grpo``/``dr_grpo``/``toolpo``; see :func:`group_zscore`.
+        weight_penalty: ``grpo``/``dr_grpo``/``toolpo``: False takes a guarded
+            rollout's ``rewards["summary"]`` (the penalty) as its whole reward,
+            unweighted, as the reference does; True weighs it like any reward.
+        guarded: ``(B,)`` bool, the rollouts the omission guard fired on; None: none.
 
     Returns:
         ``(advantages, metrics)``: float32 ``(B, T)``, and 0-dim tensors keyed
@@ -111,6 +143,18 @@ def compute_advantages(
         raise ValueError(f"granularity must be 'trajectory' or 'per_call', got {granularity!r}")
     if granularity == "per_call" and name != "slca":
         raise ValueError(f"granularity='per_call' is defined for 'slca' only, not {name!r}")
+    if numerics not in NUMERICS:
+        raise ValueError(f"numerics must be one of {list(NUMERICS)}, got {numerics!r}")
+    if singleton not in SINGLETONS:
+        raise ValueError(f"singleton must be one of {list(SINGLETONS)}, got {singleton!r}")
+    batch = group_index.shape[0]
+    if guarded is not None and (guarded.dtype != torch.bool or guarded.shape != (batch,)):
+        raise ValueError(
+            f"guarded must be a bool tensor (B,) = ({batch},); "
+            f"got {guarded.dtype} {tuple(guarded.shape)}"
+        )
+    if not weight_penalty and guarded is not None and SUMMARY not in rewards:
+        raise ValueError(f"weight_penalty=False reads the penalty from rewards[{SUMMARY!r}]")
     resolved = {head: 1.0 for head in rewards}
     resolved.update({head: float(w) for head, w in (weights or {}).items()})
     advantages = estimator(
@@ -123,6 +167,10 @@ def compute_advantages(
         granularity=granularity,
         call_rewards=call_rewards,
         call_index=call_index,
+        numerics=numerics,
+        singleton=singleton,
+        weight_penalty=weight_penalty,
+        guarded=guarded,
     )
     return advantages, _metrics(advantages, head_masks, group_index)
 
@@ -134,6 +182,8 @@ def group_zscore(
     *,
     norm_by_std: bool = True,
     eps: float = 1e-6,
+    numerics: Numerics = "float64",
+    singleton: Singleton = "zero",
 ) -> Tensor:
     """Z-score ``scores`` within groups, over the present members only.
 
@@ -141,16 +191,29 @@ def group_zscore(
         scores: ``(N,)`` float; values of absent members are ignored (may be NaN).
         group_index: ``(N,)`` int group ids.
         present: ``(N,)`` bool, default all True.
+        numerics: ``"float64"``: statistics in float64, and a group whose present
+            members are all equal gets exactly 0. ``"float32"``: the reference's
+            arithmetic, bit for bit: scores cast to float32, each group's mean and
+            unbiased std as torch computes them for the group's float32 values stacked
+            in row order (float32 sum / count; the std's sum of squares in float64),
+            ``(s - mean) / (std + eps)`` in float32, no zero-std branch.
+        singleton: a group with one present member gets 0 (``"zero"``) or, as verl's
+            GRPO, mean 0 and std 1 (``"raw"``: ``s / (1 + eps)``; ``s`` unnormalised).
 
     Returns:
         ``(N,)`` float32: ``(s - mean) / (std + eps)`` (unbiased std) for present
-        members of groups with at least 2 present, not all equal, members; exactly
-        0 otherwise. Statistics are taken in float64.
+        members of groups with at least 2 present members (``s - mean`` when
+        ``norm_by_std`` is False; float64: exactly 0 when they are all equal); the
+        ``singleton`` rule for groups of one; exactly 0 for absent members.
     """
     if present is None:
         present = torch.ones_like(group_index, dtype=torch.bool)
     _, inverse = torch.unique(group_index, return_inverse=True)
     n_groups = int(inverse.max()) + 1 if inverse.numel() else 0
+    if numerics == "float32":
+        return _group_zscore_float32(
+            scores, inverse, n_groups, present, norm_by_std, eps, singleton
+        )
     x = torch.where(present, scores.double(), 0.0)
     weight = present.double()
     count = torch.zeros(n_groups, dtype=torch.float64, device=x.device).index_add_(
@@ -171,7 +234,57 @@ def group_zscore(
         0, inverse, torch.where(present, x, -torch.inf), "amax"
     )
     valid = present & (count[inverse] >= 2) & (hi > lo)[inverse]
-    return torch.where(valid, deviation, 0.0).float()
+    out = torch.where(valid, deviation, 0.0)
+    if singleton == "raw":
+        alone = present & (count[inverse] == 1)
+        out = torch.where(alone, x / (1.0 + eps) if norm_by_std else x, out)
+    return out.float()
+
+
+def _group_zscore_float32(
+    scores: Tensor,
+    inverse: Tensor,
+    n_groups: int,
+    present: Tensor,
+    norm_by_std: bool,
+    eps: float,
+    singleton: Singleton,
+) -> Tensor:
+    """:func:`group_zscore` with ``numerics="float32"``.
+
+    The float32 mean must be summed in torch's order for a 1-D tensor of the group's
+    length: groups are bucketed by size and each bucket summed as one ``(groups,
+    size)`` matrix, whose contiguous rows torch sums in that order (tested bit for bit
+    against the per-group loop). The std's sum of squares is float64 accumulated in row
+    order, as torch's full reduction does, so one ``index_add_`` serves every group.
+    """
+    x = scores.float()
+    device = x.device
+    key = torch.where(present, inverse, n_groups)  # absent rows: a group of their own
+    count = torch.bincount(key, minlength=n_groups + 1)[:n_groups]
+    # Present rows grouped together, row order within a group; absent rows last.
+    order = torch.argsort(key, stable=True)
+    sizes = set(count.tolist())
+    mean = torch.zeros(n_groups, dtype=torch.float32, device=device)
+    if len(sizes) == 1 and (size := sizes.pop()) >= 2:  # the usual case: one group size
+        mean = x[order[: n_groups * size]].view(n_groups, size).sum(dim=1) / size
+    else:
+        first = torch.cumsum(count, 0) - count
+        for size in sorted(sizes - {0, 1}):
+            groups = (count == size).nonzero().squeeze(1)
+            members = order[first[groups, None] + torch.arange(size, device=device)]
+            mean[groups] = x[members].sum(dim=1) / size
+    # A singleton keeps mean 0 and std 1 under verl's rule; otherwise it is dropped.
+    keep = present & (count >= (1 if singleton == "raw" else 2))[inverse]
+    centred = x - mean[inverse]
+    if not norm_by_std:
+        return torch.where(keep, centred, 0.0)
+    squares = torch.where(keep, (x.double() - mean.double()[inverse]) ** 2, 0.0)
+    total = torch.zeros(n_groups, dtype=torch.float64, device=device).index_add_(
+        0, inverse, squares
+    )
+    std = torch.where(count >= 2, (total / (count - 1).clamp(min=1)).sqrt(), 1.0).float()
+    return torch.where(keep, centred / (std[inverse] + eps), 0.0)
 
 
 def _onto(row_values: Tensor, mask: Tensor) -> Tensor:
@@ -188,8 +301,18 @@ def _rows_with_tokens(mask: Tensor) -> Tensor:
     return mask.view(torch.uint8).amax(dim=1).bool()
 
 
-def _combined_reward(rewards: Mapping[str, Tensor], weights: Mapping[str, float]) -> Tensor:
-    return sum(weights[head] * r.double() for head, r in rewards.items())
+def _combined_reward(
+    rewards: Mapping[str, Tensor],
+    weights: Mapping[str, float],
+    weight_penalty: bool = True,
+    guarded: Tensor | None = None,
+) -> Tensor:
+    """``Σ_h w_h·R_h`` per rollout (float64); with ``weight_penalty=False`` a guarded
+    rollout's reward is its summary reward (the penalty) as is."""
+    total = sum(weights[head] * r.double() for head, r in rewards.items())
+    if weight_penalty or guarded is None:
+        return total
+    return torch.where(guarded, rewards[SUMMARY].double(), total)
 
 
 def _require_tool_head(name: str, head_masks: Mapping[str, Tensor]) -> Tensor:
@@ -199,26 +322,38 @@ def _require_tool_head(name: str, head_masks: Mapping[str, Tensor]) -> Tensor:
 
 
 @register_advantage("grpo")
-def grpo(*, rewards, head_masks, group_index, weights, norm_by_std, eps, **_) -> Tensor:
-    """GRPO: one scalar per rollout, ``R = Σ_h w_h·R_h`` z-scored in its group,
-    broadcast to every head token. ``(B,)`` rewards → ``(B, T)``."""
+def grpo(
+    *,
+    rewards,
+    head_masks,
+    group_index,
+    weights,
+    norm_by_std,
+    eps,
+    numerics="float64",
+    singleton="zero",
+    weight_penalty=True,
+    guarded=None,
+    **_,
+) -> Tensor:
+    """GRPO: one scalar per rollout, ``R = Σ_h w_h·R_h`` (a guarded rollout's penalty
+    as is with ``weight_penalty=False``) z-scored in its group (all members), broadcast
+    to every head token. ``(B,)`` rewards → ``(B, T)``."""
     a = group_zscore(
-        _combined_reward(rewards, weights), group_index, norm_by_std=norm_by_std, eps=eps
+        _combined_reward(rewards, weights, weight_penalty, guarded),
+        group_index,
+        norm_by_std=norm_by_std,
+        eps=eps,
+        numerics=numerics,
+        singleton=singleton,
     )
     return _onto(a, union_mask(head_masks))
 
 
 @register_advantage("dr_grpo")
-def dr_grpo(*, rewards, head_masks, group_index, weights, eps, **_) -> Tensor:
+def dr_grpo(*, norm_by_std, **kwargs) -> Tensor:
     """Dr.GRPO: GRPO without the std division (``norm_by_std`` is always False)."""
-    return grpo(
-        rewards=rewards,
-        head_masks=head_masks,
-        group_index=group_index,
-        weights=weights,
-        norm_by_std=False,
-        eps=eps,
-    )
+    return grpo(norm_by_std=False, **kwargs)
 
 
 @register_advantage("slca")
@@ -233,6 +368,8 @@ def slca(
     granularity="trajectory",
     call_rewards=None,
     call_index=None,
+    numerics="float64",
+    **_,
 ) -> Tensor:
     """SLCA: per head h, ``Â_h = w_h · z(R_h)`` over the group members in which
     head h has at least one token, written on ``head_masks[h]`` only.
@@ -247,11 +384,19 @@ def slca(
     for head, mask in head_masks.items():
         present = _rows_with_tokens(mask)
         a = weights[head] * group_zscore(
-            rewards[head], group_index, present, norm_by_std=norm_by_std, eps=eps
+            rewards[head], group_index, present, norm_by_std=norm_by_std, eps=eps, numerics=numerics
         )
         if head == TOOL and granularity == "per_call":
             token_values = _per_call_values(
-                a, mask, group_index, weights[head], norm_by_std, eps, call_rewards, call_index
+                a,
+                mask,
+                group_index,
+                weights[head],
+                norm_by_std,
+                eps,
+                call_rewards,
+                call_index,
+                numerics,
             )
             head_adv = torch.where(mask, token_values, 0.0)
         else:
@@ -261,7 +406,15 @@ def slca(
 
 
 def _per_call_values(
-    trajectory_adv, tool_mask, group_index, weight, norm_by_std, eps, call_rewards, call_index
+    trajectory_adv,
+    tool_mask,
+    group_index,
+    weight,
+    norm_by_std,
+    eps,
+    call_rewards,
+    call_index,
+    numerics="float64",
 ) -> Tensor:
     """``(B, T)`` per-call tool advantages (trajectory value where ``call_index`` is -1)."""
     if call_rewards is None or call_index is None:
@@ -298,6 +451,7 @@ def _per_call_values(
         has_tokens.reshape(-1),
         norm_by_std=norm_by_std,
         eps=eps,
+        numerics=numerics,
     )
     per_call = per_call.view(batch, n_calls)
     token_values = per_call.gather(1, on_tool.clamp(min=0))
@@ -305,7 +459,7 @@ def _per_call_values(
 
 
 @register_advantage("toolpo")
-def toolpo(*, rewards, head_masks, group_index, weights, norm_by_std, eps, **_) -> Tensor:
+def toolpo(*, rewards, head_masks, group_index, norm_by_std, eps, **kwargs) -> Tensor:
     """ToolPO (DeepAgent, arXiv 2510.21618): the GRPO advantage of the combined
     reward on every head token, plus the present-only z-score of ``R_tool``
     (unweighted, as in the paper's sum) on tool tokens. ``(B,)`` → ``(B, T)``."""
@@ -314,23 +468,35 @@ def toolpo(*, rewards, head_masks, group_index, weights, norm_by_std, eps, **_) 
         rewards=rewards,
         head_masks=head_masks,
         group_index=group_index,
-        weights=weights,
         norm_by_std=norm_by_std,
         eps=eps,
+        **kwargs,
     )
     action = group_zscore(
-        rewards[TOOL], group_index, _rows_with_tokens(tool_mask), norm_by_std=norm_by_std, eps=eps
+        rewards[TOOL],
+        group_index,
+        _rows_with_tokens(tool_mask),
+        norm_by_std=norm_by_std,
+        eps=eps,
+        numerics=kwargs.get("numerics", "float64"),
     )
     return outcome + _onto(action, tool_mask)
 
 
 @register_advantage("rltr")
-def rltr(*, rewards, head_masks, group_index, weights, norm_by_std, eps, **_) -> Tensor:
+def rltr(
+    *, rewards, head_masks, group_index, weights, norm_by_std, eps, numerics="float64", **_
+) -> Tensor:
     """RLTR (arXiv 2508.19598), planner-only credit: ``w_tool · z(R_tool)``
     (present-only) on tool tokens, 0 on every other token. ``(B,)`` → ``(B, T)``."""
     tool_mask = _require_tool_head("rltr", head_masks)
     a = weights[TOOL] * group_zscore(
-        rewards[TOOL], group_index, _rows_with_tokens(tool_mask), norm_by_std=norm_by_std, eps=eps
+        rewards[TOOL],
+        group_index,
+        _rows_with_tokens(tool_mask),
+        norm_by_std=norm_by_std,
+        eps=eps,
+        numerics=numerics,
     )
     return _onto(a, tool_mask)
 

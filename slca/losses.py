@@ -54,6 +54,7 @@ def policy_loss(
     ref_logp: Tensor | None = None,
     kl_coef: float = 0.0,
     aggregation: Aggregation = "token-mean",
+    clip_ratio_c: float | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO-style clipped surrogate per token, plus ``kl_coef ·`` k3 KL, aggregated.
 
@@ -67,12 +68,17 @@ def policy_loss(
         ref_logp: ``(B, T)`` log-probs under the frozen reference; needed when ``kl_coef > 0``.
         kl_coef: weight of the k3 KL term in the loss.
         aggregation: ``token-mean`` or ``seq-mean-token-mean``.
+        clip_ratio_c: dual clip (verl's, Ye et al. 2020), > 1: a token with a negative
+            advantage loses ``min(-A · clip_ratio_c, clipped surrogate)``, so a ratio
+            far above ``1 + clip_high`` cannot grow its loss (and gradient) without
+            bound. None: off.
 
     Returns:
         ``(loss, metrics)``; metrics are detached 0-dim tensors ``actor/pg_loss``,
         ``actor/clipfrac`` (share of masked tokens where the clipped branch is
         active), ``actor/kl`` (mean k3 over masked tokens; present when
-        ``ref_logp`` is given) and ``actor/ratio_mean``.
+        ``ref_logp`` is given), ``actor/ratio_mean``, and with ``clip_ratio_c``
+        ``actor/clipfrac_lower`` (share of masked tokens the dual clip bounds).
     """
     if not (logp.shape == old_logp.shape == advantages.shape == mask.shape):
         raise ValueError(
@@ -84,6 +90,8 @@ def policy_loss(
         raise ValueError(f"need 0 <= clip_low < 1 and clip_high >= 0; got {clip_low}, {clip_high}")
     if kl_coef < 0:
         raise ValueError(f"kl_coef must be >= 0, got {kl_coef}")
+    if clip_ratio_c is not None and not clip_ratio_c > 1:
+        raise ValueError(f"clip_ratio_c must be > 1 (or None: off), got {clip_ratio_c}")
     if kl_coef > 0 and ref_logp is None:
         raise ValueError("kl_coef > 0 needs ref_logp")
     if ref_logp is not None and ref_logp.shape != logp.shape:
@@ -96,6 +104,11 @@ def policy_loss(
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
     pg_per_token = torch.maximum(unclipped, clipped)
+    dual_bound = None
+    if clip_ratio_c is not None:
+        lower = -advantages * clip_ratio_c
+        dual_bound = (advantages < 0) & (pg_per_token > lower)
+        pg_per_token = torch.where(dual_bound, lower, pg_per_token)
     pg_loss = aggregate(pg_per_token, mask, aggregation)
     loss = pg_loss
 
@@ -104,6 +117,8 @@ def policy_loss(
         "actor/clipfrac": aggregate((clipped > unclipped).float(), mask).detach(),
         "actor/ratio_mean": aggregate(ratio.detach(), mask),
     }
+    if dual_bound is not None:
+        metrics["actor/clipfrac_lower"] = aggregate(dual_bound.float(), mask).detach()
     if ref_logp is not None:
         # Zero both sides off the mask so padding (even -inf) cannot leak NaN into grads.
         kl = k3_kl(torch.where(mask, logp, 0.0), torch.where(mask, ref_logp, 0.0))

@@ -7,12 +7,17 @@ the decoded ids, never from re-tokenising the text) →
 ``head_masks`` (bool masks per reward head, through a configurable routing).
 Tokens the policy did not write (prompt, template, ``<tool_response>`` text)
 carry :data:`ENV` and belong to no head.
+
+``head_masks(..., mode="mask_runs")`` is the authors' segmenting instead (the
+``reference`` profile): the last contiguous run of policy tokens is the summary,
+every earlier run the tool segment, whatever the tokens say (:func:`mask_run_masks`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
@@ -32,6 +37,11 @@ DEFAULT_ROUTING: dict[str, str | None] = {
     "summary": "summary",
 }
 """Segment kind → reward head. ``None`` drops the kind from training (mask 0)."""
+
+SegmentMode = Literal["grammar", "mask_runs"]
+SEGMENT_MODES: tuple[str, ...] = ("grammar", "mask_runs")
+"""How tokens reach heads: by their grammar label through the routing (slca), or by
+the position of their run of policy tokens (the reference)."""
 
 _REGION_KIND = {"think": "reasoning", "tool_call": "tool_call"}
 
@@ -231,18 +241,31 @@ def validate_routing(routing: Mapping[str, str | None]) -> dict[str, str | None]
 
 
 def head_masks(
-    kind_codes: torch.Tensor, routing: Mapping[str, str | None] = DEFAULT_ROUTING
+    kind_codes: torch.Tensor,
+    routing: Mapping[str, str | None] = DEFAULT_ROUTING,
+    *,
+    mode: SegmentMode = "grammar",
 ) -> dict[str, torch.Tensor]:
     """Bool masks per head from per-token kind codes.
 
     Args:
         kind_codes: ``(B, T)`` integer codes from :data:`KIND_CODE`, :data:`ENV` elsewhere.
         routing: segment kind → head name, or None to train on nothing for that kind.
+            ``grammar`` mode only (``mask_runs`` needs the default routing).
+        mode: ``grammar`` routes each token by its kind; ``mask_runs`` ignores kinds
+            and splits the policy tokens (codes other than ENV) by
+            :func:`mask_run_masks`.
 
     Returns:
         head → ``(B, T)`` bool mask. Masks are disjoint; their union is the
         policy-token mask minus the kinds routed to None.
     """
+    if mode not in SEGMENT_MODES:
+        raise ValueError(f"segment mode must be one of {list(SEGMENT_MODES)}, got {mode!r}")
+    if mode == "mask_runs":
+        if dict(routing) != DEFAULT_ROUTING:
+            raise ValueError("segment mode 'mask_runs' ignores kinds; it needs the default routing")
+        return mask_run_masks(kind_codes != ENV)
     routing = validate_routing(routing)
     heads: dict[str, list[int]] = {}
     for kind, head in routing.items():
@@ -253,6 +276,27 @@ def head_masks(
         head: torch.isin(codes, torch.tensor(members, device=codes.device))
         for head, members in heads.items()
     }
+
+
+def mask_run_masks(policy_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The reference's two segments from a policy-token mask alone.
+
+    Args:
+        policy_mask: ``(B, T)`` bool (or 0/1), the tokens the policy wrote.
+
+    Returns:
+        ``{"tool": (B, T), "summary": (B, T)}`` bool: per row, the last maximal run of
+        policy tokens is ``summary`` and every earlier run ``tool``; a row with one run
+        has summary only, a row with none has neither. So a rollout cut off after a
+        call puts that call on the summary head, and a direct answer gets no tool head.
+    """
+    mask = policy_mask.bool()
+    starts = mask.clone()
+    starts[:, 1:] &= ~mask[:, :-1]
+    run = torch.cumsum(starts, dim=1)  # run number (1-based) of each token
+    last = run[:, -1:] if mask.shape[1] else run
+    summary = mask & (run == last)
+    return {"tool": mask & ~summary, "summary": summary}
 
 
 def encode_kinds(kinds: Sequence[str | None]) -> list[int]:

@@ -403,3 +403,166 @@ def test_per_call_errors():
         )
     with pytest.raises(ValueError, match="granularity must be"):
         compute_advantages("slca", granularity="per_token", **common)
+
+
+# ---------------------------------------------------------------- reference switches
+
+
+def torch_group_loop(scores, groups, present, norm_by_std=True, eps=EPS, singleton="zero"):
+    """The authors' code's arithmetic, group by group: float32 values stacked in row
+    order, torch's ``mean()`` and unbiased ``std()``, no zero-std branch."""
+    x = torch.tensor(scores, dtype=torch.float32)
+    out = torch.zeros(len(scores), dtype=torch.float32)
+    for g in set(groups):
+        members = [i for i in range(len(scores)) if groups[i] == g and present[i]]
+        if len(members) == 1 and singleton == "raw":
+            mean, std = torch.tensor(0.0), torch.tensor(1.0)
+        elif len(members) < 2:
+            continue
+        else:
+            stacked = torch.stack([x[i] for i in members])
+            mean, std = stacked.mean(), stacked.std()
+        for i in members:
+            out[i] = (x[i] - mean) / (std + eps) if norm_by_std else x[i] - mean
+    return out
+
+
+GROUP_SIZES = st.sampled_from([1, 2, 3, 4, 5, 8, 16, 17, 33])
+
+
+@st.composite
+def grouped_scores(draw):
+    sizes = draw(
+        st.one_of(st.lists(GROUP_SIZES, min_size=1, max_size=5), GROUP_SIZES.map(lambda n: [n] * 3))
+    )
+    groups = [g for g, n in enumerate(sizes) for _ in range(n)]
+    order = draw(st.permutations(range(len(groups))))
+    groups = [groups[i] for i in order]  # members interleaved across the batch
+    tied = draw(st.sampled_from([0.85, 0.1, 1 / 3, 0.7]))
+    scores = draw(
+        st.lists(
+            st.one_of(REWARD, st.just(tied), st.floats(0.0, 1.0, width=32)),
+            min_size=len(groups),
+            max_size=len(groups),
+        )
+    )
+    everyone = st.just([True] * len(groups))  # equal sizes then take the one-size path
+    some = st.lists(st.booleans(), min_size=len(groups), max_size=len(groups))
+    present = draw(st.one_of(everyone, some))
+    return scores, groups, present
+
+
+@given(data=grouped_scores(), norm=st.booleans(), singleton=st.sampled_from(["zero", "raw"]))
+def test_float32_numerics_equal_the_per_group_torch_loop_bit_for_bit(data, norm, singleton):
+    scores, groups, present = data
+    got = adv_mod.group_zscore(
+        torch.tensor(scores),
+        torch.tensor(groups),
+        torch.tensor(present),
+        norm_by_std=norm,
+        numerics="float32",
+        singleton=singleton,
+    )
+    want = torch_group_loop(scores, groups, present, norm, singleton=singleton)
+    assert torch.equal(got + 0.0, want + 0.0)
+
+
+@given(data=grouped_scores())
+def test_float32_numerics_agree_with_float64_off_ties(data):
+    scores, groups, present = data
+    args = (torch.tensor(scores), torch.tensor(groups), torch.tensor(present))
+    f32 = adv_mod.group_zscore(*args, numerics="float32")
+    f64 = adv_mod.group_zscore(*args)
+    # They differ only where float64 zeroes a (nearly) tied group that float32 scores
+    # as noise; a tied group's float32 values are bounded by its noise over eps.
+    groups_t = args[1]
+    for g in set(groups):
+        rows = (groups_t == g) & args[2]
+        if rows.sum() < 2:
+            continue
+        values = args[0][rows].double()
+        if values.std() > 1e-3:
+            torch.testing.assert_close(f32[rows], f64[rows], rtol=1e-4, atol=1e-4)
+
+
+def test_constant_group_float64_gives_zero_and_float32_gives_the_references_noise():
+    scores, groups = torch.full((16,), 0.85), torch.zeros(16, dtype=torch.long)
+    assert torch.equal(adv_mod.group_zscore(scores, groups), torch.zeros(16))
+    noise = adv_mod.group_zscore(scores, groups, numerics="float32")
+    assert noise[0].item() == pytest.approx(0.0561, abs=1e-4)
+    assert torch.equal(noise, noise[:1].expand(16))
+
+
+def test_singleton_raw_is_verls_mean_zero_std_one_in_the_grpo_family_only():
+    batch = {
+        "kinds": [["tool", "summary"]] * 3,
+        "groups": [0, 0, 1],  # rollout 2 is alone in its group
+        "tool": [1.0, 0.0, 0.5],
+        "summary": [0.0, 1.0, 0.25],
+    }
+    for numerics in ("float64", "float32"):
+        zero, _ = run("grpo", batch, numerics=numerics)
+        raw, _ = run("grpo", batch, numerics=numerics, singleton="raw")
+        assert (zero[2] == 0).all()
+        assert raw[2].tolist() == pytest.approx([0.75 / (1 + EPS)] * 2, rel=1e-6)
+        assert torch.equal(raw[:2], zero[:2])  # groups of two are untouched
+        unnormalised, _ = run("grpo", batch, numerics=numerics, singleton="raw", norm_by_std=False)
+        assert unnormalised[2].tolist() == pytest.approx([0.75, 0.75])
+        # Segment heads keep the authors' present-only rule: a lone member gets 0.
+        slca_raw, _ = run("slca", batch, numerics=numerics, singleton="raw")
+        assert (slca_raw[2] == 0).all()
+
+
+def test_weight_penalty_false_takes_the_penalty_as_is_whatever_the_weights():
+    batch = {
+        "kinds": [["tool", "summary"]] * 3,
+        "groups": [0, 0, 0],
+        "tool": [1.0, 0.5, 0.0],
+        "summary": [1.0, 0.5, -0.5],  # rollout 2: guarded, R_tool 0, R_summary = penalty
+    }
+    rewards, masks, groups = tensors(batch)
+    guarded = torch.tensor([False, False, True])
+    weights = {"tool": 1.0, "summary": 0.2}
+    common = dict(rewards=rewards, head_masks=masks, group_index=groups, weights=weights)
+    for name in ("grpo", "dr_grpo", "toolpo"):
+        weighted, _ = compute_advantages(name, guarded=guarded, **common)
+        as_is, _ = compute_advantages(name, guarded=guarded, weight_penalty=False, **common)
+        unguarded, _ = compute_advantages(name, weight_penalty=False, **common)
+        assert torch.equal(weighted, unguarded)  # nothing guarded: nothing changes
+        assert not torch.equal(weighted, as_is)
+    # grpo: the combined rewards are (1.2, 0.6, -0.5) instead of (1.2, 0.6, -0.1).
+    as_is, _ = compute_advantages("dr_grpo", guarded=guarded, weight_penalty=False, **common)
+    mean = (1.2 + 0.6 - 0.5) / 3
+    assert as_is[:, 0].tolist() == pytest.approx([1.2 - mean, 0.6 - mean, -0.5 - mean], rel=1e-5)
+    # slca routes heads separately: the penalty switch does not touch it.
+    a, _ = compute_advantages("slca", guarded=guarded, **common)
+    b, _ = compute_advantages("slca", guarded=guarded, weight_penalty=False, **common)
+    assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("name", ESTIMATORS)
+@given(batch=batches())
+def test_default_switches_are_the_unchanged_estimator(name, batch):
+    plain, _ = run(name, batch)
+    explicit, _ = run(name, batch, numerics="float64", singleton="zero", weight_penalty=True)
+    assert torch.equal(plain, explicit)
+
+
+def test_switch_errors_name_the_argument_and_the_allowed_values():
+    rewards, masks, groups = _inputs()
+    common = dict(rewards=rewards, head_masks=masks, group_index=groups)
+    with pytest.raises(ValueError, match=r"numerics must be one of \['float64', 'float32'\]"):
+        compute_advantages("slca", numerics="float16", **common)
+    with pytest.raises(ValueError, match=r"singleton must be one of \['zero', 'raw'\]"):
+        compute_advantages("grpo", singleton="one", **common)
+    with pytest.raises(ValueError, match=r"guarded must be a bool tensor \(B,\) = \(2,\)"):
+        compute_advantages("grpo", guarded=torch.tensor([1, 0]), **common)
+    with pytest.raises(ValueError, match="reads the penalty from rewards"):
+        compute_advantages(
+            "grpo",
+            rewards={"tool": rewards["tool"]},
+            head_masks={"tool": masks["tool"]},
+            group_index=groups,
+            guarded=torch.tensor([True, False]),
+            weight_penalty=False,
+        )

@@ -112,3 +112,129 @@ def test_estimator_shorthand_sets_the_advantage_estimator_and_must_agree():
         TrainConfig(estimator="nope")
     with pytest.raises(ValueError, match="baseline"):
         TrainConfig(baseline="nope")
+
+
+# ---------------------------------------------------------------- profiles
+
+
+def test_reference_profile_fills_in_every_setting_it_implies(tmp_path):
+    from slca.config import TrainConfig
+
+    path = write(tmp_path, "train:\n  algorithm:\n    profile: reference\n")
+    cfg = load_section(path, "train", TrainConfig)
+    algorithm = cfg.algorithm
+    assert algorithm.segments.mode == "mask_runs"
+    assert algorithm.advantage.switches() == {
+        "numerics": "float32",
+        "singleton": "raw",
+        "weight_penalty": False,
+    }
+    assert algorithm.loss.clip_ratio_c == 3.0
+    assert cfg.rewards.mode == "reference" and cfg.rewards.guard.enabled
+    # What the profile leaves alone keeps slca's defaults or the user's value.
+    assert algorithm.advantage.estimator == "slca" and algorithm.advantage.eps == 1e-6
+    grpo = TrainConfig(
+        estimator="grpo", algorithm={"profile": "reference", "loss": {"clip_ratio_c": 5}}
+    )
+    assert grpo.algorithm.advantage.estimator == "grpo" and grpo.algorithm.loss.clip_ratio_c == 5
+    assert TrainConfig(**cfg.model_dump()) == cfg  # a dumped config reloads (flows do this)
+
+
+def test_default_profile_is_slcas_design_unchanged():
+    from slca.config import TrainConfig
+
+    cfg = TrainConfig()
+    assert cfg.algorithm.profile == "default"
+    assert cfg.algorithm.segments.mode == "grammar"
+    assert cfg.algorithm.advantage.switches() == {
+        "numerics": "float64",
+        "singleton": "zero",
+        "weight_penalty": True,
+    }
+    assert cfg.algorithm.loss.clip_ratio_c is None and cfg.rewards.mode == "process"
+
+
+def test_each_reference_setting_is_usable_on_its_own():
+    from slca.config import TrainConfig
+
+    for algorithm in (
+        {"segments": {"mode": "mask_runs"}},
+        {"advantage": {"numerics": "float32"}},
+        {"advantage": {"estimator": "grpo", "singleton": "raw"}},
+        {"advantage": {"weight_penalty": False}},
+        {"loss": {"clip_ratio_c": 3.0}},
+    ):
+        cfg = TrainConfig(algorithm=algorithm)
+        assert cfg.algorithm.profile == "default" and cfg.rewards.mode == "process"
+    assert TrainConfig(rewards={"mode": "reference"}).algorithm.segments.mode == "grammar"
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (
+            "algorithm:\n  profile: paper",
+            r"train.algorithm.profile: Input should be 'default' or 'reference'",
+        ),
+        (
+            "algorithm:\n  profile: reference\n  advantage:\n    numerics: float64",
+            r"algorithm.advantage.numerics: 'float64' contradicts profile 'reference' "
+            r"\(allowed: 'float32'\)",
+        ),
+        (
+            "algorithm:\n  profile: reference\n  segments:\n    mode: grammar",
+            r"algorithm.segments.mode: 'grammar' contradicts .* \(allowed: 'mask_runs'\)",
+        ),
+        (
+            "algorithm:\n  profile: reference\n  advantage:\n    singleton: zero",
+            r"algorithm.advantage.singleton: 'zero' contradicts .* \(allowed: 'raw'\)",
+        ),
+        (
+            "algorithm:\n  profile: reference\n  advantage:\n    weight_penalty: true",
+            r"algorithm.advantage.weight_penalty: True contradicts .* \(allowed: False\)",
+        ),
+        (
+            "algorithm:\n  profile: reference\n  advantage:\n    granularity: per_call",
+            r"algorithm.advantage.granularity: 'per_call' contradicts .* "
+            r"\(allowed: 'trajectory'\)",
+        ),
+        (
+            "algorithm:\n  profile: reference\n  loss:\n    clip_ratio_c: null",
+            r"algorithm.loss.clip_ratio_c: null contradicts .* \(allowed: any value but null\)",
+        ),
+        (
+            "algorithm:\n  profile: reference\n  advantage:\n    estimator: rltr",
+            r"algorithm.advantage.estimator: 'rltr' contradicts profile 'reference' "
+            r"\(allowed: 'grpo', 'dr_grpo', 'slca'\)",
+        ),
+        (
+            "algorithm:\n  profile: reference\nrewards:\n  mode: process",
+            r"rewards.mode: 'process' contradicts profile 'reference' \(allowed: 'reference'\)",
+        ),
+        (
+            "algorithm:\n  profile: reference\nrewards:\n  guard:\n    enabled: false",
+            r"rewards.guard.enabled: False contradicts .* \(allowed: True\)",
+        ),
+        (
+            "algorithm:\n  segments:\n    mode: mask_runs\n    routing: "
+            "{reasoning: null, tool_call: tool, preamble: tool, summary: summary}",
+            "routing applies to mode 'grammar' only",
+        ),
+        (
+            "algorithm:\n  loss:\n    clip_ratio_c: 0.5",
+            r"clip_ratio_c: Input should be greater than 1",
+        ),
+        (
+            "rewards:\n  mode: reference\nalgorithm:\n  advantage:\n    granularity: per_call",
+            "needs per-call rewards, which rewards.mode 'reference' does not define",
+        ),
+    ],
+)
+def test_a_profile_and_a_setting_it_contradicts_are_refused_at_load(tmp_path, body, message):
+    from slca.config import TrainConfig
+
+    indented = "\n".join("  " + line for line in body.splitlines())
+    path = write(tmp_path, "train:\n" + indented + "\n")
+    with pytest.raises(ConfigError, match=message) as info:
+        load_section(path, "train", TrainConfig)
+    assert str(path) in str(info.value)

@@ -126,6 +126,7 @@ def test_positive_advantage_raises_the_token_logprob():
         (dict(kl_coef=0.1), "needs ref_logp"),
         (dict(clip_low=1.0), "clip_low < 1"),
         (dict(kl_coef=-1.0), "kl_coef must be >= 0"),
+        (dict(clip_ratio_c=1.0), r"clip_ratio_c must be > 1 \(or None: off\), got 1.0"),
     ],
 )
 def test_bad_arguments_raise(kwargs, message):
@@ -139,3 +140,47 @@ def test_shape_mismatch_is_named():
         policy_loss(
             torch.zeros(1, 2), torch.zeros(1, 3), torch.zeros(1, 2), torch.ones(1, 2, dtype=bool)
         )
+
+
+# ---------------------------------------------------------------- dual clip (verl)
+
+
+def test_dual_clip_bounds_negative_advantages_only_known_answer():
+    old = torch.zeros(1, 4)
+    # Ratios 5, 5, 2, 0.5 with A = -1, +1, -1, -1. Token 0: the clipped surrogate is
+    # 5 (unclipped wins against A < 0), the dual clip caps it at 3. Token 1: A > 0, the
+    # upper clip gives -1.2, untouched. Tokens 2 and 3 stay under the cap (2 and 0.8).
+    logp = torch.log(torch.tensor([[5.0, 5.0, 2.0, 0.5]]))
+    adv = torch.tensor([[-1.0, 1.0, -1.0, -1.0]])
+    mask = torch.ones(1, 4, dtype=torch.bool)
+    loss, m = policy_loss(logp, old, adv, mask, clip_ratio_c=3.0)
+    assert loss.item() == pytest.approx((3.0 - 1.2 + 2.0 + 0.8) / 4, rel=1e-6)
+    assert m["actor/clipfrac_lower"].item() == pytest.approx(0.25)
+    off, m_off = policy_loss(logp, old, adv, mask)
+    assert off.item() == pytest.approx((5.0 - 1.2 + 2.0 + 0.8) / 4, rel=1e-6)
+    assert "actor/clipfrac_lower" not in m_off
+
+
+def test_dual_clipped_tokens_get_no_gradient_and_the_others_are_unchanged():
+    old = torch.zeros(1, 3)
+    logp = torch.log(torch.tensor([[5.0, 1.1, 0.9]])).requires_grad_()
+    adv = torch.tensor([[-1.0, -1.0, 2.0]])
+    mask = torch.ones(1, 3, dtype=torch.bool)
+    policy_loss(logp, old, adv, mask, clip_ratio_c=3.0)[0].backward()
+    dual = logp.grad.clone()
+    logp.grad = None
+    policy_loss(logp, old, adv, mask)[0].backward()
+    assert dual[0, 0].item() == 0.0 and logp.grad[0, 0].item() != 0.0
+    torch.testing.assert_close(dual[0, 1:], logp.grad[0, 1:])
+
+
+@given(ratio=st.floats(0.05, 20.0), adv=st.floats(-5.0, 5.0), c=st.floats(1.01, 10.0))
+def test_dual_clip_is_verls_rule(ratio, adv, c):
+    old = torch.zeros(1, 1)
+    logp = torch.log(torch.tensor([[ratio]]))
+    a = torch.tensor([[adv]])
+    mask = torch.ones(1, 1, dtype=torch.bool)
+    got, _ = policy_loss(logp, old, a, mask, clip_ratio_c=c)
+    clipped = max(-adv * ratio, -adv * min(max(ratio, 0.8), 1.2))
+    want = min(clipped, -adv * c) if adv < 0 else clipped
+    assert got.item() == pytest.approx(want, rel=1e-5, abs=1e-5)

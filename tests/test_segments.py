@@ -283,3 +283,93 @@ def test_union_mask_is_every_head_token_and_needs_a_head():
     assert union_mask(masks).tolist() == [[False, True, True, False]]
     with pytest.raises(ValueError, match="routes no kind to a head"):
         union_mask({})
+
+
+# ---------------------------------------------------------------- mask runs (reference)
+
+
+def _runs(row):
+    """Maximal runs of True as (start, end) pairs."""
+    runs, start = [], None
+    for t, on in enumerate([*row, False]):
+        if on and start is None:
+            start = t
+        elif not on and start is not None:
+            runs.append((start, t))
+            start = None
+    return runs
+
+
+@given(
+    st.lists(
+        st.lists(st.booleans(), min_size=0, max_size=12).map(tuple), min_size=1, max_size=6
+    ).filter(lambda rows: len({len(r) for r in rows}) == 1)
+)
+def test_mask_runs_last_run_is_summary_earlier_runs_are_tool(rows):
+    from slca.segments import mask_run_masks
+
+    mask = torch.tensor(rows, dtype=torch.bool).reshape(len(rows), len(rows[0]))
+    masks = mask_run_masks(mask)
+    assert not (masks["tool"] & masks["summary"]).any()
+    assert torch.equal(masks["tool"] | masks["summary"], mask)
+    for i, row in enumerate(rows):
+        runs = _runs(row)
+        summary = [False] * len(row)
+        for t in range(*runs[-1]) if runs else ():
+            summary[t] = True
+        assert masks["summary"][i].tolist() == summary
+        assert masks["tool"][i].any().item() == (len(runs) >= 2)
+
+
+def _codes(parts):
+    """Per-character kind codes of a trajectory: ``("env", text)`` or ``("turn", text)``
+    (a policy turn labelled from its text, final when it has no call)."""
+    decode = lambda ids: "".join(map(chr, ids))  # noqa: E731 - one character per token
+    codes = []
+    for kind, text in parts:
+        if kind == "env":
+            codes += [ENV] * len(text)
+        else:
+            labels = label_turn_tokens(decode, [ord(c) for c in text])
+            codes += encode_kinds(labels.kinds)
+    return torch.tensor([codes])
+
+
+THINK = "<think>Zürich is in the question.</think>"
+
+
+@pytest.mark.parametrize(
+    "parts, grammar_tool, runs_tool",
+    [
+        # cut off after a call: grammar trains the call on the tool head, mask runs on
+        # the summary head
+        ([("env", "prompt "), ("turn", CALL)], True, False),
+        # <think> in the final turn, after a call: grammar puts the reasoning on the tool
+        # head; mask runs put the whole final turn on the summary head
+        ([("env", "p "), ("turn", CALL), ("env", " resp "), ("turn", THINK + "It is 21.")], 2, 1),
+        # a direct answer opening with <think>: grammar has a tool head, mask runs none
+        ([("env", "prompt "), ("turn", THINK + "It is 21 degrees.")], True, False),
+    ],
+    ids=["cut_off_after_call", "think_in_final_turn", "direct_answer_with_think"],
+)
+def test_the_three_rollouts_where_grammar_and_mask_runs_disagree(parts, grammar_tool, runs_tool):
+    codes = _codes(parts)
+    grammar = head_masks(codes)
+    runs = head_masks(codes, mode="mask_runs")
+    assert torch.equal(grammar["tool"] | grammar["summary"], codes != ENV)
+    assert torch.equal(runs["tool"] | runs["summary"], codes != ENV)
+    assert not torch.equal(grammar["summary"], runs["summary"])
+    if isinstance(grammar_tool, bool):
+        assert grammar["tool"].any().item() is grammar_tool
+        assert runs["tool"].any().item() is runs_tool
+    else:  # count the tool-head runs
+        assert len(_runs(grammar["tool"][0].tolist())) == grammar_tool
+        assert len(_runs(runs["tool"][0].tolist())) == runs_tool
+
+
+def test_mask_runs_need_the_default_routing_and_modes_are_checked():
+    codes = torch.tensor([encode_kinds([None, "reasoning", "summary"])])
+    with pytest.raises(ValueError, match="needs the default routing"):
+        head_masks(codes, dict(DEFAULT_ROUTING, reasoning=None), mode="mask_runs")
+    with pytest.raises(ValueError, match=r"segment mode must be one of \['grammar', 'mask_runs'\]"):
+        head_masks(codes, mode="turns")

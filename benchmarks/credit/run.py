@@ -3,6 +3,8 @@ same rollout budget, over seeds, each evaluated; all runs in one MLflow experime
 
     .venv/bin/python benchmarks/credit/run.py                  # docs/results.md's figures
     .venv/bin/python benchmarks/credit/run.py --seeds 0 --methods grpo slca --steps 4  # quick
+    .venv/bin/python benchmarks/credit/run.py --methods grpo slca --profiles default reference \
+        --no-ablations                      # both arms under both profiles, one table
 
 Every run is the pipeline's own RL stage and evaluation step, launched as their DVC
 commands (``python -m slca.training.stages train`` / ``python -m slca.eval.stages``)
@@ -10,7 +12,11 @@ with ``-S`` overrides of params.yaml: same SFT checkpoint (``train.init_dir``), 
 steps × tasks_per_step × group_size (the rollout budget), same evaluation tasks (drawn
 from the evaluation seed, not the run's). Only the estimator (and the ablations'
 granularity or summary weight) and the seed differ. Runs go two at a time, one torch
-thread each. The SFT model is evaluated too (arm ``sft``). Then the report
+thread each. With ``--profiles default reference`` every method the reference profile
+reproduces (grpo, dr_grpo, slca) also runs under ``train.algorithm.profile=reference``
+(arm ``<method>/reference``: the authors' reward, segmenting, numerics and dual-clip
+loss), in the same experiment, so the report puts both profiles in one table. The SFT
+model is evaluated too (arm ``sft``). Then the report
 (slca.eval.report) is written to ``--out`` and one advantage histogram per segment of
 each method (seed 0, last histogram step) is copied beside it.
 """
@@ -29,13 +35,27 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 METHODS = ("grpo", "slca", "toolpo", "rltr")
+PROFILES = ("default", "reference")
 
 
 def jobs(args: argparse.Namespace) -> list[dict]:
+    from slca.config import REFERENCE_ESTIMATORS
+
     out = []
     for seed in [] if args.ablations_only else args.seeds:
-        for method in args.methods:
-            out.append({"name": f"{method}-s{seed}", "estimator": method, "seed": seed})
+        for profile in args.profiles:
+            for method in args.methods:
+                if profile == "default":
+                    out.append({"name": f"{method}-s{seed}", "estimator": method, "seed": seed})
+                elif method in REFERENCE_ESTIMATORS:
+                    out.append(
+                        {
+                            "name": f"{method}-ref-s{seed}",
+                            "estimator": method,
+                            "seed": seed,
+                            "extra": [f"train.algorithm.profile={profile}"],
+                        }
+                    )
     if args.ablations:
         for seed in args.seeds:
             out.append(
@@ -216,12 +236,20 @@ def training_table(args: argparse.Namespace) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--params", type=Path, default=REPO / "params.yaml")
     parser.add_argument("--init", type=Path, default=REPO / "models/sft")
     parser.add_argument("--methods", nargs="+", default=list(METHODS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument(
+        "--profiles",
+        nargs="+",
+        choices=PROFILES,
+        default=["default"],
+        help="train.algorithm.profile of the method runs; 'reference' runs the methods it "
+        "reproduces (grpo, dr_grpo, slca) as the authors' code (ablations: default only)",
+    )
     parser.add_argument("--steps", type=int, default=None, help="default: params.yaml's")
     parser.add_argument("--no-ablations", dest="ablations", action="store_false")
     parser.add_argument("--ablations-only", action="store_true", help="(re)run the ablations only")
@@ -250,7 +278,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--experiment", default="credit")
     parser.add_argument("--out", type=Path, default=REPO / "docs/results")
     parser.add_argument("--report-only", action="store_true", help="no runs: the report only")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
     if not (args.init / "config.json").exists():

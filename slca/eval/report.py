@@ -1,7 +1,7 @@
 """The comparison report: runs of one MLflow experiment as tables and PNG plots.
 
-Runs are grouped into *arms* by what they trained (estimator, per-call granularity,
-summary weight); an evaluation-only run (the SFT model) is its own arm. Within an
+Runs are grouped into *arms* by what they trained (estimator, profile, per-call
+granularity, summary weight); an evaluation-only run (the SFT model) is its own arm. Within an
 arm, seeds aggregate as mean ± std; for a repeated (arm, seed) only the newest
 finished run counts, so re-running a pipeline replaces rather than adds a seed.
 """
@@ -36,12 +36,15 @@ COLUMNS = (
 
 
 def arm(run: RunRecord) -> str:
-    """The arm a run belongs to: ``slca``, ``slca/per_call``, ``grpo/w_sum=0.5``, ``sft``…"""
+    """The arm a run belongs to: ``slca``, ``slca/reference``, ``slca/per_call``,
+    ``grpo/w_sum=0.5``, ``sft``…"""
     params = run.params
     estimator = params.get("algorithm.advantage.estimator")
     if estimator is None:
         return run.name.removeprefix("eval-")
     label = estimator
+    if params.get("algorithm.profile", "default") != "default":
+        label += f"/{params['algorithm.profile']}"
     if params.get("algorithm.advantage.granularity") == "per_call":
         label += "/per_call"
     weight = params.get("algorithm.advantage.weights.summary")

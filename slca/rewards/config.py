@@ -182,9 +182,12 @@ class SummaryConfig(_Strict):
 class RewardConfig(_Strict):
     """The reward layer: how R_tool and R_summary are computed and composed (HierR)."""
 
-    mode: Literal["process", "execution"] = "process"
-    """R_tool from gold calls (HierR ``process``) or from simulator responses only
-    (gold-free ``execution``)."""
+    mode: Literal["process", "execution", "reference"] = "process"
+    """R_tool from gold calls (HierR ``process``), from simulator responses only
+    (gold-free ``execution``), or as the authors' code computes it from gold calls
+    (``reference``: the trajectory scored as one text, unknown tools invalid, no
+    redundancy penalty; :mod:`slca.rewards.reference`). ``redundancy`` applies to
+    ``process`` only; ``reference`` ignores it (counts are still reported)."""
     process: ProcessWeights = Field(default_factory=ProcessWeights)
     """Weights of the process parts."""
     execution: ExecutionWeights = Field(default_factory=ExecutionWeights)

@@ -16,6 +16,13 @@
    e.g. a duplicate or an unneeded call). Execution mode: 1 for a non-error response
    that repeats no earlier call, else 0. All 0 when the guard applies.
 
+``mode: reference`` is the authors' reward (:mod:`slca.rewards.reference`): R_tool is
+their process score of the trajectory text; the guard fires when the task needs a call
+and the text has no ``<tool_call>`` tag; R_summary is 0 without asking the scorer when
+no tool response reached the policy or the answer is shorter than 10 characters; and a
+negative total (R_tool + R_summary) is routed to R_summary as their estimator does.
+Per-call rewards are not defined (all 0).
+
 Nothing here raises on any model output: malformed text is scored, not rejected.
 """
 
@@ -37,6 +44,7 @@ from slca.rewards.preference import (
 )
 from slca.rewards.process import block_counts, call_correctness, format_score, process_parts
 from slca.rewards.redundancy import count_redundancy
+from slca.rewards.reference import gold_json, reference_text, route_penalty, score_text
 from slca.rollout.types import Rollout
 
 DEFAULT_CONFIG = RewardConfig()
@@ -98,9 +106,14 @@ class _ToolSide:
     fields: dict
     needs_call: bool
     guard: bool
+    ask_summary: bool = True
+    """The summary scorer may be asked (``reference``: a tool response reached the
+    policy and the answer has at least 10 characters)."""
 
 
 def _tool_side(rollout: Rollout, task: TaskRecord, config: RewardConfig) -> _ToolSide:
+    if config.mode == "reference":
+        return _reference_side(rollout, task, config)
     calls = policy_calls(rollout)
     golds = gold_calls(task)
     pairs = match_calls(calls, golds, label_tools(task))
@@ -152,6 +165,55 @@ def _tool_side(rollout: Rollout, task: TaskRecord, config: RewardConfig) -> _Too
     return _ToolSide(fields, needs_call, guard)
 
 
+_MIN_ANSWER_CHARS = 10
+"""The reference rates a shorter final answer 0 without asking its judge."""
+
+
+def _reference_side(rollout: Rollout, task: TaskRecord, config: RewardConfig) -> _ToolSide:
+    ref = score_text(
+        reference_text(rollout),
+        [t.name for t in task.tools],
+        gold_json(task),
+        weights=config.process,
+        penalty=config.guard.penalty,
+    )
+    # slca's own parse, for the counts reported beside the reward (never subtracted).
+    calls = policy_calls(rollout)
+    redundancy = count_redundancy(calls, task)
+    needs_call = bool(task.gold)
+    valid, total = block_counts(rollout)
+    executed = executed_in_order(rollout.calls)
+    exec_parts = execution_parts(executed, format_score(valid, total, needs_call), needs_call)
+    guard = config.guard.enabled and ref.no_call
+    fields = dict(
+        tool=0.0 if guard else ref.process,
+        mode=config.mode,
+        tool_raw=ref.process,
+        format=ref.format,
+        name=ref.name,
+        key=ref.key,
+        value=ref.value,
+        parallel=ref.parallel,
+        success=exec_parts.success,
+        unique=exec_parts.unique,
+        duplicate_calls=redundancy.duplicate,
+        unneeded_tool_calls=redundancy.unneeded_tool,
+        no_call_task_calls=redundancy.no_call_task,
+        extra_steps=redundancy.extra_steps,
+        redundancy_penalty=0.0,
+        n_calls=len(ref.scan.calls),
+        n_blocks=ref.scan.denom,
+        n_valid_blocks=ref.scan.valid,
+        needs_call=needs_call,
+        has_call=bool(ref.scan.calls),
+        guard_applied=guard,
+        per_call=tuple(0.0 for _ in executed),
+    )
+    ask = not ref.no_call and not ref.no_tool_response
+    ask = ask and len(rollout.summary.strip()) >= _MIN_ANSWER_CHARS
+    return _ToolSide(fields, needs_call, guard, ask_summary=ask)
+
+
 def _resolve_tasks(
     rollouts: Sequence[Rollout], tasks: Mapping[str, TaskRecord] | Sequence[TaskRecord]
 ) -> list[TaskRecord]:
@@ -186,7 +248,7 @@ def score_batch(
     ask = [
         i
         for i, (side, r) in enumerate(zip(sides, rollouts))
-        if not side.guard and r.summary.strip()
+        if not side.guard and side.ask_summary and r.summary.strip()
     ]
     raw: dict[int, float] = {}
     if ask:
@@ -202,7 +264,13 @@ def score_batch(
             summary = summary_raw = raw[i]
         else:  # no final answer, or an empty one
             summary, summary_raw = 0.0, None
-        out.append(RewardBreakdown(summary=summary, summary_raw=summary_raw, **side.fields))
+        fields = side.fields
+        if config.mode == "reference" and config.guard.on_negative_total and not side.guard:
+            tool, summary, routed = route_penalty(
+                fields["tool"], summary, fields["tool"] + summary, False
+            )
+            fields = {**fields, "tool": tool, "guard_applied": routed}
+        out.append(RewardBreakdown(summary=summary, summary_raw=summary_raw, **fields))
     return out
 
 

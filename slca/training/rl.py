@@ -231,7 +231,9 @@ class Trainer:
         tasks, rollouts, started = sampled.tasks, sampled.rollouts, sampled.started
         step = self.state.step + 1
         batch = collate(rollouts, self.tokenizer.pad_token_id)
-        masks = head_masks(batch.kind_codes, algorithm.segments.routing)
+        masks = head_masks(
+            batch.kind_codes, algorithm.segments.routing, mode=algorithm.segments.mode
+        )
         loss_mask = union_mask(masks)
         old, ref = self._reference_logprobs(batch)
         extra = {}
@@ -252,6 +254,8 @@ class Trainer:
             norm_by_std=algorithm.advantage.norm_by_std,
             eps=algorithm.advantage.eps,
             granularity=algorithm.advantage.granularity,
+            guarded=torch.tensor([s.guard_applied for s in scores], dtype=torch.bool),
+            **algorithm.advantage.switches(),
             **extra,
         )
         update_started = time.perf_counter()
@@ -393,6 +397,7 @@ class Trainer:
                         ref_logp=None if ref is None else ref[micro, :width],
                         kl_coef=loss_cfg.kl_coef,
                         aggregation=loss_cfg.aggregation,
+                        clip_ratio_c=loss_cfg.clip_ratio_c,
                     )
                     if not torch.isfinite(loss):
                         finite = False

@@ -29,6 +29,26 @@ def test_arm_labels():
     weighted.params["algorithm.advantage.weights.summary"] = "0.5"
     assert arm(weighted) == "grpo/w_sum=0.5"
     assert arm(run("d", name="eval-sft")) == "sft"
+    reference = run("e", "slca")
+    reference.params["algorithm.profile"] = "reference"
+    assert arm(reference) == "slca/reference"
+    default = run("f", "grpo")
+    default.params["algorithm.profile"] = "default"
+    assert arm(default) == "grpo"  # runs logged before profiles existed match it too
+
+
+def test_both_profiles_land_in_one_table_as_separate_arms():
+    key = "eval/in_domain/success_at_0.9"
+    runs = []
+    for i, (estimator, profile, value) in enumerate(
+        [("slca", "default", 0.4), ("slca", "reference", 0.2), ("grpo", "reference", 0.3)]
+    ):
+        r = run(f"r{i}", estimator, **{key: value})
+        r.params["algorithm.profile"] = profile
+        runs.append(r)
+    table = markdown_table(summarise(runs))
+    assert "| slca | 1 | 40" in table and "| slca/reference | 1 | 20" in table
+    assert "| grpo/reference | 1 | 30" in table
 
 
 def test_seeds_aggregate_and_the_newest_run_of_a_seed_wins():

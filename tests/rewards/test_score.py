@@ -112,7 +112,7 @@ BAD_TURNS = {
 
 
 @pytest.mark.parametrize("name", list(BAD_TURNS))
-@pytest.mark.parametrize("mode", ["process", "execution"])
+@pytest.mark.parametrize("mode", ["process", "execution", "reference"])
 def test_bad_input_is_scored_never_raised(b, name, mode):
     config = RewardConfig(mode=mode)
     r = score(b.rollout(BAD_TURNS[name]), _task(b), config)
@@ -134,7 +134,7 @@ def test_bad_executed_calls_are_scored(b):
         ExecutedCall(1, 0, 0, W, {"city": deep}, {"error": {"code": "x", "message": deep}}),
         ExecutedCall(2, 7, 3, "ghost", {}, "\udcff" * 10),
     ]
-    for mode in ("process", "execution"):
+    for mode in ("process", "execution", "reference"):
         config = RewardConfig(mode=mode)
         r = score(rollout, _task(b), config)
         _check(r, config)
@@ -176,7 +176,7 @@ RESPONSE = st.one_of(
 @given(
     turns=st.lists(TURN, max_size=4),
     responses=st.lists(RESPONSE, max_size=6),
-    mode=st.sampled_from(["process", "execution"]),
+    mode=st.sampled_from(["process", "execution", "reference"]),
     no_call=st.booleans(),
 )
 def test_score_never_raises_and_parts_stay_in_range(b, turns, responses, mode, no_call):

@@ -259,3 +259,38 @@ def test_validation_is_off_by_default_and_never_on_the_train_split(world, tmp_pa
     assert not any(k.startswith("val/") for k in recorder.metrics[0][1])
     with pytest.raises(ValueError, match="not held out"):
         TrainConfig.model_validate({"validation": {"every": 1, "split": "train"}})
+
+
+def test_reference_profile_reaches_segments_estimator_and_loss(world, tmp_path, monkeypatch):
+    """Under ``profile: reference`` the trainer hands the estimator mask-run heads, the
+    reference switches and the guard flags, and the loss its dual clip."""
+    import slca.training.rl as rl
+    from slca.segments import mask_run_masks
+
+    seen = []
+
+    def spy(name, **kwargs):
+        seen.append((name, kwargs))
+        return compute(name, **kwargs)
+
+    compute = rl.compute_advantages
+    monkeypatch.setattr(rl, "compute_advantages", spy)
+    trainer, _, recorder = make(
+        world, tmp_path, steps=1, algorithm={"profile": "reference", "loss": {"kl_coef": 0.0}}
+    )
+    assert trainer.config.rewards.mode == "reference"
+    trainer.run()
+    (name, kwargs), metrics = seen[0], recorder.metrics[0][1]
+    assert name == "slca"
+    assert (kwargs["numerics"], kwargs["singleton"], kwargs["weight_penalty"]) == (
+        "float32",
+        "raw",
+        False,
+    )
+    masks = kwargs["head_masks"]
+    runs = mask_run_masks(masks["tool"] | masks["summary"])
+    assert all(torch.equal(masks[h], runs[h]) for h in ("tool", "summary"))
+    # The script's "no call" rollout answers directly: under mask runs it has no tool head.
+    assert (~masks["tool"].any(dim=1)).any()
+    assert kwargs["guarded"].dtype == torch.bool and kwargs["guarded"].any()
+    assert "actor/clipfrac_lower" in metrics and math.isfinite(metrics["actor/pg_loss"])
