@@ -85,7 +85,8 @@ def test_sampled_logprobs_equal_the_trainers_recomputation(engine, tokenizer, ta
     assert len({tuple(g.token_ids) for g in out}) > 1  # one seed per prompt
     for g in out:
         ids = torch.tensor([prompt + g.token_ids])
-        logp, _ = token_logprobs(model, ids, torch.ones_like(ids, dtype=torch.bool), temperature=0.9)
+        mask = torch.ones_like(ids, dtype=torch.bool)
+        logp, _ = token_logprobs(model, ids, mask, temperature=0.9)
         torch.testing.assert_close(
             logp[0, len(prompt) :], torch.tensor(g.logprobs), atol=1e-3, rtol=0
         )
