@@ -100,6 +100,14 @@ def resolved_dtype(settings: VLLMConfig, device: str) -> str:
     return "bfloat16" if device == "cuda" else "float32"
 
 
+def check_engine(
+    engine: str, settings: VLLMConfig, *, setting: str, model_dir: str | Path | None = None
+) -> None:
+    """:func:`check_vllm` when ``engine`` is ``vllm`` (the HF engine always starts)."""
+    if engine == "vllm":
+        check_vllm(settings, setting=setting, model_dir=model_dir)
+
+
 def check_vllm(settings: VLLMConfig, *, setting: str, model_dir: str | Path | None = None) -> str:
     """Raise :class:`EngineUnavailable` if an engine with ``settings`` cannot start
     here; returns the device it will run on. ``setting`` names the config key that
