@@ -136,7 +136,13 @@ def evaluate(params: EvaluateParams, progress: Progress | None = None) -> dict[s
 
     torch.manual_seed(params.seed)
     # an engine that cannot start fails before any work
-    check_engine(params.engine, params.vllm, setting="evaluate.engine", model_dir=params.model_dir)
+    check_engine(
+        params.engine,
+        params.vllm,
+        setting="evaluate.engine",
+        model_dir=params.model_dir,
+        max_model_len=params.max_total_tokens,
+    )
     if params.engine == "vllm":
         from slca.modeling import load_tokenizer
 

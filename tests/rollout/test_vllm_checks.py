@@ -131,3 +131,24 @@ def test_a_head_size_the_cpu_kernels_lack_is_refused(tmp_path):
     config["num_attention_heads"] = 2
     (tmp_path / "config.json").write_text(json.dumps(config))
     assert check_vllm(VLLMConfig(), setting="train.rollout.engine", model_dir=tmp_path) == "cpu"
+
+
+def test_a_kv_cache_too_small_for_one_sequence_is_refused(monkeypatch, tmp_path):
+    monkeypatch.setattr(vllm_engine, "vllm_available", lambda: True)
+    monkeypatch.setattr(vllm_engine, "vllm_device", lambda: "cpu")
+    monkeypatch.setattr(vllm_engine, "_check_cpu_head_size", lambda *a: None)
+    config = {
+        "hidden_size": 576,
+        "num_attention_heads": 9,
+        "num_key_value_heads": 3,
+        "num_hidden_layers": 30,
+    }
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    settings = VLLMConfig(kv_cache_gib=0.25)  # 2*30*3*64*4 B/token in fp32: 5825 tokens
+    with pytest.raises(EngineUnavailable) as err:
+        check_vllm(settings, setting="simulator", model_dir=tmp_path, max_model_len=8192)
+    assert str(err.value) == (
+        f"simulator: vllm.kv_cache_gib=0.25 holds 5825 tokens of {tmp_path}, less than one "
+        "sequence of 8192: raise vllm.kv_cache_gib or lower vllm.max_model_len"
+    )
+    assert check_vllm(settings, setting="x", model_dir=tmp_path, max_model_len=4096) == "cpu"
