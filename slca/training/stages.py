@@ -143,12 +143,15 @@ def _texts_for_tokenizer(tasks: list[Any]) -> list[str]:
 
 def build_base_model(params: BaseModelParams) -> Path:
     """Write the base checkpoint (model + tokenizer) to ``params.out_dir``."""
-    from slca.modeling import convert_gguf_to_hf, load_causal_lm
+    from slca.modeling import load_causal_lm, save_hf_checkpoint
     from slca.rollout.chat import ensure_tool_template
 
     out = Path(params.out_dir)
     if params.kind == "smollm2":
-        return convert_gguf_to_hf("smollm2", out)
+        # SmolLM2's own template drops `tools=`: the policy would never see the tools
+        model, tokenizer = load_causal_lm("smollm2")
+        ensure_tool_template(tokenizer)
+        return save_hf_checkpoint(model, tokenizer, out)
     with io.atomic_dir(out) as tmp:
         if params.kind == "path":
             if not params.path:
