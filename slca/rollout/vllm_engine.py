@@ -297,6 +297,7 @@ class VLLMEngine:
         setting: str = "engine",
     ):
         settings = settings or VLLMConfig()
+        self._weights_dir: str | None = None
         self.device = check_vllm(
             settings, setting=setting, model_dir=model, max_model_len=max_model_len
         )
@@ -330,8 +331,14 @@ class VLLMEngine:
         if settings.cpu_threads_bind is not None:
             env["VLLM_CPU_OMP_THREADS_BIND"] = settings.cpu_threads_bind
         with _environment(env):
-            self.llm = LLM(**options)
-        self._weights_dir: str | None = None
+            try:
+                self.llm = LLM(**options)
+            except Exception as exc:  # vLLM has logged the cause above
+                cause = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                raise EngineUnavailable(
+                    f"{setting}=vllm: the engine failed to start ({type(exc).__name__}: "
+                    f"{cause}); its log above has the cause"
+                ) from exc
 
     def generate(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams
