@@ -121,9 +121,11 @@ def test_a_gpu_share_larger_than_the_free_memory_is_refused(monkeypatch):
 
 
 @needs_vllm
-def test_a_head_size_the_cpu_kernels_lack_is_refused(tmp_path):
+def test_a_head_size_the_cpu_kernels_lack_is_refused(tmp_path, monkeypatch):
     if vllm_engine.vllm_device() != "cpu":
         pytest.skip("the head-size check is for vLLM's CPU build")
+    # only the head size here: the free RAM of a shared machine must not decide the test
+    monkeypatch.setattr(vllm_engine, "_check_memory", lambda *args: None)
     config = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2}
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(EngineUnavailable, match="attention heads of size 16"):
