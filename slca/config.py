@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from slca.advantages import TOOL, Numerics, Singleton, available_estimators
 from slca.losses import Aggregation
 from slca.rewards.config import RewardConfig
+from slca.rollout.vllm_engine import VLLMConfig
 from slca.segments import DEFAULT_ROUTING, SegmentMode, validate_routing
 from slca.training.config import EngineConfig
 
@@ -347,9 +348,12 @@ class RolloutConfig(StrictModel):
     top_p: float = Field(1.0, gt=0, le=1)
     """Nucleus sampling mass."""
     engine: Literal["hf", "vllm"] = "hf"
-    """Generation engine: transformers (CPU/GPU) or vLLM (GPU)."""
+    """Generation engine: transformers (``hf``, the update's own module) or vLLM (a
+    separate engine on CPU or CUDA that gets the trainer's weights before each step)."""
     generation_batch_size: int = Field(32, ge=1)
     """Prompts per transformers ``generate`` call."""
+    vllm: VLLMConfig = Field(default_factory=VLLMConfig)
+    """The vLLM engine when ``engine`` is ``vllm``: precision, memory share, parallelism."""
 
 
 class UpdateConfig(StrictModel):

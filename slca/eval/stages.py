@@ -31,6 +31,7 @@ from slca.data.record import TaskRecord
 from slca.eval.bfcl import CATEGORIES
 from slca.eval.bfcl_multi_turn import CATEGORY as MULTI_TURN
 from slca.rewards.config import RewardConfig
+from slca.rollout.vllm_engine import VLLMConfig, check_engine
 
 BFCL_SETS = (*CATEGORIES, MULTI_TURN)
 """The BFCL categories evaluate can score."""
@@ -99,6 +100,10 @@ class EvaluateParams(StrictModel):
     turn are left out and counted (``<set>/too_long``)."""
     generation_batch_size: int = Field(32, ge=1)
     """Rollouts generated together."""
+    engine: Literal["hf", "vllm"] = "hf"
+    """Generation engine: transformers (``hf``) or vLLM (CPU or CUDA)."""
+    vllm: VLLMConfig = Field(default_factory=VLLMConfig)
+    """The vLLM engine when ``engine`` is ``vllm``."""
     bfcl: BfclSet = Field(default_factory=lambda: BfclSet())
     """BFCL v4 (official checker)."""
     tau2: Tau2Set = Field(default_factory=lambda: Tau2Set())
@@ -128,13 +133,56 @@ def evaluate(params: EvaluateParams, progress: Progress | None = None) -> dict[s
     import torch
 
     from slca.modeling import load_causal_lm
-    from slca.rollout.engines import HFEngine, SamplingParams
+
+    torch.manual_seed(params.seed)
+    # an engine that cannot start fails before any work
+    check_engine(
+        params.engine,
+        params.vllm,
+        setting="evaluate.engine",
+        model_dir=params.model_dir,
+        max_model_len=params.max_total_tokens,
+    )
+    if params.engine == "vllm":
+        from slca.modeling import load_tokenizer
+
+        model, tokenizer = None, load_tokenizer(params.model_dir)  # vLLM loads the weights
+    else:
+        model, tokenizer = load_causal_lm(params.model_dir, dtype="float32")
+    with _engine(params, model, tokenizer) as engine:
+        return _evaluate(params, engine, tokenizer, progress)
+
+
+def _engine(params: EvaluateParams, model: Any, tokenizer: Any) -> Any:
+    """The generation engine ``params.engine`` names, as a context (vLLM's processes
+    stop when it closes)."""
+    import contextlib
+
+    from slca.rollout.engines import HFEngine
+
+    if params.engine == "hf":
+        return contextlib.nullcontext(
+            HFEngine(model, tokenizer, batch_size=params.generation_batch_size)
+        )
+    from slca.rollout.vllm_engine import VLLMEngine
+
+    return VLLMEngine(
+        Path(params.model_dir).resolve(),
+        stop_token_ids=[tokenizer.eos_token_id],
+        settings=params.vllm,
+        max_model_len=params.max_total_tokens,
+        seed=params.seed,
+        setting="evaluate.engine",
+    )
+
+
+def _evaluate(
+    params: EvaluateParams, engine: Any, tokenizer: Any, progress: Progress | None
+) -> dict[str, float]:
+    from slca.rollout.engines import SamplingParams
     from slca.rollout.loop import RolloutLimits, run_rollouts
     from slca.training.stages import RUN_FILE
 
-    torch.manual_seed(params.seed)
-    model, tokenizer = load_causal_lm(params.model_dir, dtype="float32")
-    engine = HFEngine(model, tokenizer, batch_size=params.generation_batch_size)
     sampling = SamplingParams(max_new_tokens=params.max_new_tokens, temperature=0.0)
     budget = params.max_total_tokens - params.max_new_tokens
 

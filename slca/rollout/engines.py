@@ -1,4 +1,4 @@
-"""Generation engines: one output type for transformers (CPU/GPU) and vLLM (GPU).
+"""Generation engines: one output type for transformers and vLLM (CPU or GPU each).
 
 An engine continues token-id prompts by one assistant turn each and returns the
 sampled token ids with their log-probabilities. Log-probabilities are
@@ -25,6 +25,9 @@ class SamplingParams:
     top_p: float = 1.0
     seed: int = 0
     """Same prompts, params and seed → same tokens (on the same hardware)."""
+    json_schema: Mapping[str, Any] | None = None
+    """Constrain the continuation to this JSON Schema (engines with structured
+    outputs: vLLM, and the simulator's transformers engine); None: free text."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,11 @@ class HFEngine:
     ) -> list[Generation]:
         from transformers import GenerationConfig
 
+        if params.json_schema is not None:
+            raise ValueError(
+                "HFEngine does not constrain decoding; use VLLMEngine or the simulator's "
+                "TransformersEngine for json_schema"
+            )
         greedy = params.temperature <= 0
         config = GenerationConfig(
             do_sample=not greedy,

