@@ -99,6 +99,9 @@ class EvaluateParams(StrictModel):
     turn are left out and counted (``<set>/too_long``)."""
     generation_batch_size: int = Field(32, ge=1)
     """Rollouts generated together."""
+    device: str | None = None
+    """Where the model runs (``cpu``, ``cuda``, ``cuda:1``); null: the GPU when there
+    is one, else the CPU."""
     bfcl: BfclSet = Field(default_factory=lambda: BfclSet())
     """BFCL v4 (official checker)."""
     tau2: Tau2Set = Field(default_factory=lambda: Tau2Set())
@@ -112,6 +115,13 @@ class EvaluateParams(StrictModel):
     run_name: str | None = None
     """Name of the new MLflow run when the model has no training run (e.g. the SFT
     model); default ``eval-<model_dir name>``."""
+
+    @field_validator("device")
+    @classmethod
+    def _device_is_a_torch_device(cls, device: str | None) -> str | None:
+        from slca.training.config import check_device_setting
+
+        return check_device_setting(device)
 
 
 def draw(tasks: Sequence[TaskRecord], n: int | None, seed: int) -> list[TaskRecord]:
@@ -130,10 +140,12 @@ def evaluate(params: EvaluateParams, progress: Progress | None = None) -> dict[s
     from slca.modeling import load_causal_lm
     from slca.rollout.engines import HFEngine, SamplingParams
     from slca.rollout.loop import RolloutLimits, run_rollouts
+    from slca.training.engines import resolve_device
     from slca.training.stages import RUN_FILE
 
     torch.manual_seed(params.seed)
-    model, tokenizer = load_causal_lm(params.model_dir, dtype="float32")
+    device = resolve_device(params.device, key="evaluate.device")
+    model, tokenizer = load_causal_lm(params.model_dir, dtype="float32", device=device)
     engine = HFEngine(model, tokenizer, batch_size=params.generation_batch_size)
     sampling = SamplingParams(max_new_tokens=params.max_new_tokens, temperature=0.0)
     budget = params.max_total_tokens - params.max_new_tokens

@@ -295,12 +295,14 @@ def run_train(
     resume: bool = False,
     progress: Any = None,
     data_hashes: dict[str, str] | None = None,
-) -> str:
+    track: bool = True,
+) -> str | None:
     """The RL stage: policy and frozen reference from ``init_dir``, MLflow tracking,
     checkpoints; ``resume`` continues the newest checkpoint and its MLflow run.
-    Writes the final policy to ``out_dir`` and returns the MLflow run id."""
+    Writes the final policy to ``out_dir`` and returns the MLflow run id (None on
+    ranks other than 0, and without tracking)."""
     with training_session(
-        config, resume=resume, progress=progress, data_hashes=data_hashes
+        config, resume=resume, progress=progress, data_hashes=data_hashes, track=track
     ) as trainer:
         trainer.run()
     return trainer.state.run_id
@@ -313,15 +315,19 @@ def training_session(
     resume: bool = False,
     progress: Any = None,
     data_hashes: dict[str, str] | None = None,
+    track: bool = True,
 ) -> Iterator[Any]:
     """A ready :class:`~slca.training.rl.Trainer` (restored from the newest checkpoint
     when ``resume``) inside its MLflow run. Run its steps, whole or phase by phase; on a
     normal exit the final policy goes to ``out_dir`` (written then renamed), the model
-    and the learning curves to MLflow. An exception leaves checkpoints for a resume."""
+    and the learning curves to MLflow. An exception leaves checkpoints for a resume.
+
+    Under a data-parallel launcher every rank calls it; only rank 0 tracks, reports
+    progress and writes ``out_dir`` (checkpoints are the engine's collective save).
+    ``track=False`` logs nothing (no MLflow import: a machine without it)."""
     from slca.modeling import load_causal_lm
     from slca.rollout.engines import HFEngine
     from slca.simulator import Simulator
-    from slca.tracking import Tracker, write_curves
     from slca.training.engines import build_engine
     from slca.training.rl import Trainer, latest_checkpoint, read_client_state
 
@@ -345,21 +351,35 @@ def training_session(
     )
     validation = validation_tasks(config, tokenizer)
     update = build_engine(model, config.engine)
+    # ZeRO-3 leaves each rank a shard of the module: generation then needs a copy
+    sharded = config.engine.engine == "deepspeed" and config.engine.zero_stage == 3
     if config.rollout.engine == "vllm":
         from slca.rollout.vllm_engine import VLLMEngine
 
         rollout_engine = VLLMEngine(config.init_dir, stop_token_ids=[tokenizer.eos_token_id])
+    elif sharded:
+        dtype = next(update.module.parameters()).dtype
+        copy, _ = load_causal_lm(init_dir, dtype=dtype, device=update.device)
+        rollout_engine = HFEngine(
+            copy,
+            tokenizer,
+            batch_size=config.rollout.generation_batch_size,
+            shares_module=False,
+        )
     else:
         rollout_engine = HFEngine(
             update.module, tokenizer, batch_size=config.rollout.generation_batch_size
         )
     checkpoint = latest_checkpoint(config.checkpoint_dir) if resume else None
     run_id = read_client_state(checkpoint).get("run_id") if checkpoint else None
-    with Tracker(config.tracking_dir, experiment=config.experiment) as tracker:
-        tracker.start(
-            run_name=config.run_name or config.algorithm.advantage.estimator, resume_run_id=run_id
-        )
-        tracker.log_params(config.model_dump(mode="json"), data_hashes=data_hashes)
+    main = update.is_main_process
+    with _tracker(config, track and main) as tracker:
+        if tracker is not None:
+            tracker.start(
+                run_name=config.run_name or config.algorithm.advantage.estimator,
+                resume_run_id=run_id,
+            )
+            tracker.log_params(config.model_dump(mode="json"), data_hashes=data_hashes)
         trainer = Trainer(
             config,
             tasks=tasks,
@@ -370,8 +390,8 @@ def training_session(
             checkpoint_dir=config.checkpoint_dir,
             reference=reference,
             tracker=tracker,
-            progress=progress,
-            run_id=tracker.run_id,
+            progress=progress if main else None,
+            run_id=None if tracker is None else tracker.run_id,
             validation_tasks=validation,
         )
         if checkpoint is not None:
@@ -381,14 +401,35 @@ def training_session(
             raise RuntimeError(
                 f"train: the session ended at step {trainer.state.step} of {config.steps}"
             )
+        weights = update.state_dict_for_rollout()  # every rank: ZeRO-3 gathers
+        if not main:
+            return
         with io.atomic_dir(config.out_dir) as tmp:
-            update.module.save_pretrained(tmp)
+            update.module.save_pretrained(tmp, state_dict=weights)
             tokenizer.save_pretrained(tmp)
-            run = {"run_id": tracker.run_id, "experiment": config.experiment}
-            (Path(tmp) / RUN_FILE).write_text(json.dumps(run, indent=2) + "\n")
-        tracker.log_model(update.module, tokenizer)
+            if tracker is not None:
+                run = {"run_id": tracker.run_id, "experiment": config.experiment}
+                (Path(tmp) / RUN_FILE).write_text(json.dumps(run, indent=2) + "\n")
+        if tracker is None:
+            return
+        from slca.tracking import write_curves
+
+        logged = load_causal_lm(config.out_dir)[0] if sharded else update.module
+        tracker.log_model(logged, tokenizer)
         if config.curve_path is not None:
             write_curves(tracker.run_id, config.curve_path, tracking_uri=tracker.tracking_uri)
+
+
+@contextmanager
+def _tracker(config: TrainConfig, enabled: bool) -> Iterator[Any]:
+    """The run's MLflow tracker, or None (not rank 0, or tracking off)."""
+    if not enabled:
+        yield None
+        return
+    from slca.tracking import Tracker
+
+    with Tracker(config.tracking_dir, experiment=config.experiment) as tracker:
+        yield tracker
 
 
 def validation_tasks(config: TrainConfig, tokenizer: Any) -> list[Any]:

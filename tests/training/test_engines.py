@@ -4,6 +4,7 @@ import importlib.util
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -206,10 +207,20 @@ def test_gradient_checkpointing_gives_the_same_gradients(tokenizer, batch):
 
 
 def test_an_out_of_memory_error_names_the_micro_batch_setting():
-    with pytest.raises(RuntimeError, match=r"train\.micro_batch_size.*now 8") as info:
+    with pytest.raises(RuntimeError, match=r"train\.update\.micro_batch_size` \(now 8\)") as info:
         with explain_oom(8):
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB")
     assert isinstance(info.value.__cause__, torch.cuda.OutOfMemoryError)
+    # every key the hint names is a real setting: `-S <key>=...` would be accepted
+    from slca.config import TrainConfig
+
+    keys = re.findall(r"`(train\.[a-z_.]+)`", str(info.value))
+    assert len(keys) == 3
+    for key in keys:
+        section = TrainConfig
+        for part in key.split(".")[1:]:
+            assert part in section.model_fields, key
+            section = section.model_fields[part].annotation
     with pytest.raises(ValueError, match="unrelated"):
         with explain_oom(8):
             raise ValueError("unrelated")
