@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -487,7 +488,8 @@ def progress_bar(desc: str, total: int | None = None) -> Any:
     step count, and the loss (SFT) or the tool and summary rewards (RL)."""
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=total, desc=desc, unit="step")
+    # under a data-parallel launcher only rank 0 shows one
+    bar = tqdm(total=total, desc=desc, unit="step", disable=os.environ.get("RANK", "0") != "0")
 
     def update(step: int, figures: Any) -> None:
         if isinstance(figures, dict):
@@ -524,7 +526,9 @@ def main(argv: list[str] | None = None) -> int:
             config = load_section(args.params, "train", TrainConfig, overrides)
             hashes = data_hashes(config.in_dir)
             bar = progress_bar(f"train {config.estimator}", total=config.steps)
-            print(run_train(config, resume=args.resume, progress=bar, data_hashes=hashes))
+            run_id = run_train(config, resume=args.resume, progress=bar, data_hashes=hashes)
+            if run_id is not None:  # rank 0 (the others track nothing)
+                print(run_id)
     except (ConfigError, ValueError, FileNotFoundError) as exc:
         print(f"{args.step} failed: {exc}", file=sys.stderr)
         return 1
