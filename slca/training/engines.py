@@ -2,18 +2,22 @@
 
 Two engines share one protocol, :class:`UpdateEngine`:
 
-- :class:`TorchEngine`: plain PyTorch AdamW in one process (the CPU default).
+- :class:`TorchEngine`: plain PyTorch AdamW, in one process (the CPU default) or one per
+  device with ``DistributedDataParallel``.
 - :class:`DeepSpeedEngine`: ``deepspeed.initialize`` with a ZeRO-1/2/3 config from
   ``configs/deepspeed/``; bf16 on GPU. One process per GPU, started by DeepSpeed's or
-  PyTorch's launcher (slca has no launcher of its own)::
+  PyTorch's launcher (slca has no launcher of its own) around the train stage (not the
+  ``slca`` command, whose Prefect flow would run once per rank)::
 
       # one node, 8 GPUs
-      deepspeed --num_gpus 8 -m slca.cli train ...
-      torchrun --nproc_per_node 8 -m slca.cli train ...
+      torchrun --standalone --nproc_per_node 8 -m slca.training.stages train
+      deepspeed --num_gpus 8 --no_local_rank --module slca.training.stages train \\
+          -S train.engine.engine=deepspeed -S train.engine.zero_stage=3
       # two nodes (hostfile lists "node1 slots=8" and "node2 slots=8")
-      deepspeed --hostfile hostfile --master_addr node1 --master_port 29500 -m slca.cli train ...
-      torchrun --nnodes 2 --node_rank $RANK --nproc_per_node 8 \\
-          --rdzv_backend c10d --rdzv_endpoint node1:29500 -m slca.cli train ...
+      deepspeed --hostfile hostfile --master_addr node1 --master_port 29500 \\
+          --no_local_rank --module slca.training.stages train -S ...
+      torchrun --nnodes 2 --node_rank $NODE --nproc_per_node 8 \\
+          --rdzv_backend c10d --rdzv_endpoint node1:29500 -m slca.training.stages train
 
   The launcher sets ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/``MASTER_ADDR``/``MASTER_PORT``;
   the engine joins that process group (NCCL on GPU, gloo on CPU). Multi-node
