@@ -458,6 +458,7 @@ class Trainer:
                     if units(everyone[:, s : s + size].flatten()).any()
                 ]
                 mine = rows[positions]
+                self.update.zero_grad()
                 running: dict[str, float] = {}
                 weight = 0.0
                 for position, s in enumerate(plan):
@@ -548,11 +549,11 @@ class Trainer:
         sub = batch.select(rows).to(device)
         width = sub.input_ids.shape[1]
         params = [p for p in model.parameters() if p.requires_grad]
-        grads = []
+        grads, empty = [], False
         for head in ("tool", "summary"):
             mask = masks[head][rows, :width].to(device)
-            if not mask.any():
-                return float("nan")
+            # no early return: under ZeRO-3 every rank must run the same forwards
+            empty = empty or not bool(mask.any())
             with self.update.autocast():
                 logp, _ = token_logprobs(
                     model,
@@ -572,6 +573,8 @@ class Trainer:
                     ]
                 )
             )
+        if empty:
+            return float("nan")
         return float(torch.nn.functional.cosine_similarity(grads[0], grads[1], dim=0))
 
     # ------------------------------------------------------------------ checkpoints

@@ -61,6 +61,7 @@ def one_process(setup, tmp_path_factory):
     workdir = tmp_path_factory.mktemp("one")
     result = dp_worker.run(setup, workdir, "torch", 0, 3, resume=False)
     assert result["world_size"] == 1
+    (workdir / "result.json").write_text(json.dumps(result))  # beside the launches' ones
     return result, workdir
 
 

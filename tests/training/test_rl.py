@@ -302,13 +302,14 @@ def test_the_reference_moves_to_the_policy_device_and_dtype(world, tmp_path):
 
 def test_an_engine_sharing_the_module_is_never_synced_a_copy_is(world, tmp_path, monkeypatch):
     tasks, tokenizer = world
-    trainer, model, _ = make(world, tmp_path / "shared", steps=2)
+    short = {"tasks_per_step": 1, "group_size": 4, "max_new_tokens": 8, "max_turns": 1}
+    trainer, model, _ = make(world, tmp_path / "shared", steps=2, rollout=short)
     shared = HFEngine(trainer.update.module, tokenizer, batch_size=8)
     trainer.rollout_engine = shared
     monkeypatch.setattr(shared, "load_weights", lambda state: pytest.fail("synced"))
     trainer.run()
 
-    trainer, model, _ = make(world, tmp_path / "copy", steps=2)
+    trainer, model, _ = make(world, tmp_path / "copy", steps=2, rollout=short)
     copy = HFEngine(tiny_model(tokenizer, seed=5), tokenizer, shares_module=False)
     trainer.rollout_engine = copy
     synced = []
