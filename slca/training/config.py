@@ -91,14 +91,29 @@ class EngineConfig(_Strict):
     bf16: bool | None = None
     """bf16 mixed precision: autocast (torch) or bf16 weights with fp32 master copies
     (DeepSpeed). ``null``: on when a CUDA device supports bf16, off on CPU."""
+    device: str | None = None
+    """torch only: where the policy, the frozen reference and the batches live (``cpu``,
+    ``cuda``, ``cuda:1``). ``null``: this process's GPU (``cuda:$LOCAL_RANK``, set by the
+    launcher) when CUDA is available, else the CPU. DeepSpeed places the model on its
+    accelerator's device itself (``DS_ACCELERATOR``), so it must stay ``null`` there."""
     gradient_checkpointing: bool = False
     """Recompute activations in backward (HF ``gradient_checkpointing_enable``): less
     memory, about a third more compute."""
     optim: OptimConfig = Field(default_factory=OptimConfig)
     """Optimizer and learning-rate schedule."""
 
+    @field_validator("device")
+    @classmethod
+    def _device_is_a_torch_device(cls, device: str | None) -> str | None:
+        return check_device_setting(device)
+
     @model_validator(mode="after")
     def _deepspeed_config_is_usable(self) -> EngineConfig:
+        if self.engine == "deepspeed" and self.device is not None:
+            raise ValueError(
+                "device applies to engine 'torch' only; DeepSpeed uses its accelerator's "
+                "device (DS_ACCELERATOR, LOCAL_RANK): leave it null"
+            )
         if self.engine == "torch":
             if self.deepspeed_config is not None:
                 raise ValueError("deepspeed_config applies to engine 'deepspeed' only")
@@ -122,6 +137,22 @@ class EngineConfig(_Strict):
         import torch
 
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+
+
+def check_device_setting(device: str | None) -> str | None:
+    """A ``device`` setting's value, checked: null, or a cpu/cuda torch device string.
+    Whether that device exists is checked when it is used."""
+    if device is None:
+        return None
+    import torch
+
+    try:
+        parsed = torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"{device!r} is not a torch device (cpu, cuda, cuda:1, ...)") from None
+    if parsed.type not in ("cpu", "cuda"):
+        raise ValueError(f"device {device!r}: slca runs on cpu or cuda devices")
+    return device
 
 
 def load_deepspeed_json(path: Path, *, expected_stage: int) -> dict[str, Any]:

@@ -2,18 +2,22 @@
 
 Two engines share one protocol, :class:`UpdateEngine`:
 
-- :class:`TorchEngine`: plain PyTorch AdamW in one process (the CPU default).
+- :class:`TorchEngine`: plain PyTorch AdamW, in one process (the CPU default) or one per
+  device with ``DistributedDataParallel``.
 - :class:`DeepSpeedEngine`: ``deepspeed.initialize`` with a ZeRO-1/2/3 config from
   ``configs/deepspeed/``; bf16 on GPU. One process per GPU, started by DeepSpeed's or
-  PyTorch's launcher (slca has no launcher of its own)::
+  PyTorch's launcher (slca has no launcher of its own) around the train stage (not the
+  ``slca`` command, whose Prefect flow would run once per rank)::
 
       # one node, 8 GPUs
-      deepspeed --num_gpus 8 -m slca.cli train ...
-      torchrun --nproc_per_node 8 -m slca.cli train ...
+      torchrun --standalone --nproc_per_node 8 -m slca.training.stages train
+      deepspeed --num_gpus 8 --no_local_rank --module slca.training.stages train \\
+          -S train.engine.engine=deepspeed -S train.engine.zero_stage=3
       # two nodes (hostfile lists "node1 slots=8" and "node2 slots=8")
-      deepspeed --hostfile hostfile --master_addr node1 --master_port 29500 -m slca.cli train ...
-      torchrun --nnodes 2 --node_rank $RANK --nproc_per_node 8 \\
-          --rdzv_backend c10d --rdzv_endpoint node1:29500 -m slca.cli train ...
+      deepspeed --hostfile hostfile --master_addr node1 --master_port 29500 \\
+          --no_local_rank --module slca.training.stages train -S ...
+      torchrun --nnodes 2 --node_rank $NODE --nproc_per_node 8 \\
+          --rdzv_backend c10d --rdzv_endpoint node1:29500 -m slca.training.stages train
 
   The launcher sets ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/``MASTER_ADDR``/``MASTER_PORT``;
   the engine joins that process group (NCCL on GPU, gloo on CPU). Multi-node
@@ -24,14 +28,23 @@ The loop, for either engine::
     for micro_batches in minibatches:
         with explain_oom(micro_batch_size):
             for i, mb in enumerate(micro_batches):
-                loss = loss_fn(engine.model, mb)       # under ``engine.autocast()``
-                engine.backward(loss, boundary=i == len(micro_batches) - 1)
-            grad_norm = engine.step()                  # clip, optimizer, scheduler, zero grads
+                last = i == len(micro_batches) - 1
+                with engine.micro_batch(boundary=last):  # autocast; DDP: no all-reduce yet
+                    loss = loss_fn(engine.model, mb.to(engine.device))
+                    engine.backward(loss, boundary=last)
+            grad_norm = engine.step()  # clip, optimizer, scheduler, zero grads; skipped if
+                                       # the norm is not finite
 
 Gradient accumulation is the caller's: it scales each micro-batch loss (e.g. token
 sums over the minibatch's token count) and calls ``backward`` once per micro-batch,
 ``boundary=False`` on all but the last, then ``step`` once. The engines never rescale
-a loss; DeepSpeed averages gradients over data-parallel ranks, as DDP does.
+a loss; both average gradients over data-parallel ranks (DDP, DeepSpeed), so a caller
+that wants the same objective at any world size scales each rank's loss by the world
+size over the global normaliser. Every rank must run the same number of micro-batches.
+
+Data parallel: under ``torchrun``/``deepspeed`` (``WORLD_SIZE`` > 1) :class:`TorchEngine`
+joins the process group (gloo on CPU, NCCL on GPU) and wraps the model in
+``DistributedDataParallel``; :class:`DeepSpeedEngine` lets DeepSpeed do both.
 
 Checkpoints (``save``/``load``) are directories written under a temporary name and
 renamed into place, so after a crash (kill -9 included) a checkpoint directory is
@@ -65,7 +78,7 @@ ENGINE_STATE = "engine.json"
 """Written last inside a checkpoint: engine kind, optimizer steps, world size."""
 CLIENT_STATE = "client_state.json"
 """The caller's JSON state (step, data cursor, ...) saved with the checkpoint."""
-MICRO_BATCH_SETTING = "train.micro_batch_size"
+MICRO_BATCH_SETTING = "train.update.micro_batch_size"
 """The config key an out-of-memory message points at."""
 
 
@@ -84,12 +97,34 @@ class UpdateEngine(Protocol):
         ...
 
     @property
+    def device(self) -> torch.device:
+        """Where the module's parameters live; inputs (batches) go there."""
+        ...
+
+    @property
+    def rank(self) -> int:
+        """This process's data-parallel rank (0 in one process)."""
+        ...
+
+    @property
+    def world_size(self) -> int:
+        """Data-parallel processes (1 without a launcher)."""
+        ...
+
+    @property
     def is_main_process(self) -> bool:
         """True on the rank that writes logs and shared files (rank 0)."""
         ...
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
-        """Context for the forward pass (bf16 autocast when the engine wants one)."""
+        """Context for a forward pass without gradients (bf16 autocast when ``bf16`` is
+        set and the weights are fp32)."""
+        ...
+
+    def micro_batch(self, *, boundary: bool = True) -> contextlib.AbstractContextManager[Any]:
+        """Context for one micro-batch's forward and :meth:`backward`: :meth:`autocast`,
+        and under DDP no gradient all-reduce unless ``boundary`` (the last micro-batch
+        before :meth:`step`)."""
         ...
 
     def backward(self, loss: Tensor, *, boundary: bool = True) -> None:
@@ -99,7 +134,8 @@ class UpdateEngine(Protocol):
 
     def step(self) -> float:
         """Clip, step the optimizer and the scheduler, zero the gradients; returns the
-        global gradient norm before clipping."""
+        global gradient norm before clipping. A non-finite norm (NaN/inf gradients on any
+        rank) applies nothing: the gradients are dropped, optimizer and scheduler stay."""
         ...
 
     def zero_grad(self) -> None: ...
@@ -272,9 +308,49 @@ def load_hf_weights(module: nn.Module, directory: Path) -> None:
 # --- plain torch -----------------------------------------------------------------------
 
 
-class TorchEngine:
-    """One process, plain ``torch.optim.AdamW``; the CPU default.
+def resolve_device(setting: str | None, *, key: str = "engine.device") -> torch.device:
+    """The device a ``device`` setting names (``null``: this process's GPU, else the
+    CPU); ``cuda`` without an index is the launcher's ``LOCAL_RANK``. An unusable
+    device is an error naming ``key`` before any work."""
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if setting is None:
+        return torch.device("cuda", local) if torch.cuda.is_available() else torch.device("cpu")
+    device = torch.device(setting)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(
+                f"{key}={setting!r} but torch {torch.__version__} sees no CUDA device; "
+                f"set {key} to cpu (or null: the GPU when there is one)"
+            )
+        if device.index is None:
+            device = torch.device("cuda", local)
+        if device.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"{key}={setting!r}: this machine has {torch.cuda.device_count()} CUDA devices"
+            )
+    return device
 
+
+def join_process_group(device: torch.device) -> tuple[int, int]:
+    """``(rank, world_size)``; under a launcher (``WORLD_SIZE`` > 1) joins its process
+    group first: NCCL for CUDA devices, gloo for the CPU."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return 0, 1
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    return dist.get_rank(), dist.get_world_size()
+
+
+class TorchEngine:
+    """Plain ``torch.optim.AdamW``; one process, or one per device under ``torchrun``
+    (``DistributedDataParallel``; gloo on CPU, NCCL on GPU). The CPU default.
+
+    The model moves to ``device`` (see :class:`~slca.training.config.EngineConfig`).
     ``bf16`` turns on ``torch.autocast`` for the forward (weights stay fp32; ``null``:
     on for a model on a bf16-capable GPU);
     ``gradient_checkpointing`` calls the model's ``gradient_checkpointing_enable``.
@@ -284,15 +360,28 @@ class TorchEngine:
         self.config = config or EngineConfig()
         if self.config.engine != "torch":
             raise ValueError(f"TorchEngine got engine {self.config.engine!r}")
-        self._model = model
-        device = next(model.parameters()).device
+        self._device = resolve_device(self.config.device)
+        self._rank, self._world_size = join_process_group(self._device)
+        model.to(self._device)
+        self._module = model
         self._bf16 = (
             self.config.bf16
             if self.config.bf16 is not None
-            else device.type == "cuda" and torch.cuda.is_bf16_supported()
+            else self._device.type == "cuda" and torch.cuda.is_bf16_supported()
         )
         if self.config.gradient_checkpointing:
             _enable_gradient_checkpointing(model)
+        self._model: nn.Module = model
+        if self._world_size > 1:
+            from torch.nn.parallel import DistributedDataParallel
+
+            # Buffers (rotary tables) are never trained: broadcasting them would make
+            # every forward, gradient-free ones included, a collective.
+            self._model = DistributedDataParallel(
+                model,
+                device_ids=[self._device.index] if self._device.type == "cuda" else None,
+                broadcast_buffers=False,
+            )
         optim = self.config.optim
         self.optimizer = torch.optim.AdamW(
             [p for p in model.parameters() if p.requires_grad],
@@ -310,15 +399,35 @@ class TorchEngine:
 
     @property
     def module(self) -> nn.Module:
-        return self._model
+        return self._module
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def world_size(self) -> int:
+        return self._world_size
 
     @property
     def is_main_process(self) -> bool:
-        return True
+        return self._rank == 0
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
-        device = next(self._model.parameters()).device.type
-        return torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=self._bf16)
+        return torch.autocast(
+            device_type=self._device.type, dtype=torch.bfloat16, enabled=self._bf16
+        )
+
+    def micro_batch(self, *, boundary: bool = True) -> contextlib.AbstractContextManager[Any]:
+        stack = contextlib.ExitStack()
+        stack.enter_context(self.autocast())
+        if not boundary and self._model is not self._module:  # DDP reads it at forward time
+            stack.enter_context(self._model.no_sync())
+        return stack
 
     def backward(self, loss: Tensor, *, boundary: bool = True) -> None:
         loss.backward()
@@ -326,10 +435,13 @@ class TorchEngine:
     def step(self) -> float:
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
         norm = torch.nn.utils.clip_grad_norm_(params, self.config.optim.max_grad_norm)
-        self.optimizer.step()
-        self.scheduler.step()
+        if torch.isfinite(norm):
+            self.optimizer.step()
+            self.scheduler.step()
+            self.steps += 1
+        # else: as DeepSpeed's overflow check does, apply nothing (the norm is global
+        # under DDP, so every rank skips)
         self.optimizer.zero_grad(set_to_none=True)
-        self.steps += 1
         return float(norm)
 
     def zero_grad(self) -> None:
@@ -346,34 +458,58 @@ class TorchEngine:
 
     def state_dict_for_rollout(self) -> dict[str, Tensor]:
         """Detached views of the live weights (no copy): push them, don't keep them."""
-        return {name: t.detach() for name, t in self._model.state_dict().items()}
+        return {name: t.detach() for name, t in self._module.state_dict().items()}
+
+    def _barrier(self) -> None:
+        if self._world_size > 1:
+            import torch.distributed as dist
+
+            dist.barrier()
 
     def save(self, directory: str | Path, client_state: Mapping[str, Any] | None = None) -> Path:
+        """Every rank calls it; rank 0 writes the (replicated) weights and optimizer,
+        each rank its RNG state."""
         target = Path(directory)
-        target.parent.mkdir(parents=True, exist_ok=True)
         staging, _ = _staging_paths(target)
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir()
+        main = self.is_main_process
         try:
-            save_hf_weights(self._model, staging, self._model.state_dict())
-            torch.save(self.optimizer.state_dict(), staging / "optimizer.pt")
-            torch.save(self.scheduler.state_dict(), staging / "scheduler.pt")
-            torch.save(rng_state(), staging / "rng_state_rank0.pt")
-            _write_json(staging / CLIENT_STATE, dict(client_state or {}))
-            _write_json(staging / ENGINE_STATE, {"engine": "torch", "steps": self.steps})
-            _publish(staging, target)
+            if main:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.rmtree(staging, ignore_errors=True)
+                staging.mkdir()
+            self._barrier()
+            torch.save(rng_state(), staging / f"rng_state_rank{self._rank}.pt")
+            if main:
+                save_hf_weights(self._module, staging, self._module.state_dict())
+                torch.save(self.optimizer.state_dict(), staging / "optimizer.pt")
+                torch.save(self.scheduler.state_dict(), staging / "scheduler.pt")
+                _write_json(staging / CLIENT_STATE, dict(client_state or {}))
+                meta = {"engine": "torch", "steps": self.steps, "world_size": self._world_size}
+                _write_json(staging / ENGINE_STATE, meta)
+            self._barrier()
+            if main:
+                _publish(staging, target)
         except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
+            if main:
+                shutil.rmtree(staging, ignore_errors=True)
             raise
+        self._barrier()
         return target
 
     def load(self, directory: str | Path) -> dict[str, Any]:
+        """Weights, optimizer and scheduler are replicated, so any world size may load
+        them; a rank the checkpoint has no RNG state for takes rank 0's."""
         source = Path(directory)
         meta = _read_engine_state(source, "torch")
-        load_hf_weights(self._model, source)
-        self.optimizer.load_state_dict(torch.load(source / "optimizer.pt", weights_only=True))
+        load_hf_weights(self._module, source)
+        self.optimizer.load_state_dict(
+            torch.load(source / "optimizer.pt", map_location="cpu", weights_only=True)
+        )
         self.scheduler.load_state_dict(torch.load(source / "scheduler.pt", weights_only=True))
-        set_rng_state(torch.load(source / "rng_state_rank0.pt", weights_only=True))
+        rng = source / f"rng_state_rank{self._rank}.pt"
+        if not rng.exists():
+            rng = source / "rng_state_rank0.pt"
+        set_rng_state(torch.load(rng, weights_only=True))
         self.steps = int(meta["steps"])
         return json.loads((source / CLIENT_STATE).read_text())
 
@@ -461,21 +597,41 @@ class DeepSpeedEngine:
         return self._ds.module
 
     @property
+    def device(self) -> torch.device:
+        return torch.device(self._ds.device)
+
+    @property
+    def rank(self) -> int:
+        return self._dist.get_rank()
+
+    @property
+    def world_size(self) -> int:
+        return self._dist.get_world_size()
+
+    @property
     def is_main_process(self) -> bool:
         return self._dist.get_rank() == 0
 
     @property
     def steps(self) -> int:
-        return int(self._ds.global_steps)
+        """Optimizer steps applied (DeepSpeed counts the ones its overflow check skipped
+        in ``global_steps`` too)."""
+        return int(self._ds.global_steps) - int(self._ds.skipped_steps)
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         return contextlib.nullcontext()  # DeepSpeed keeps bf16 weights itself
+
+    def micro_batch(self, *, boundary: bool = True) -> contextlib.AbstractContextManager[Any]:
+        return contextlib.nullcontext()  # the boundary goes to DeepSpeed in backward
 
     def backward(self, loss: Tensor, *, boundary: bool = True) -> None:
         self._ds.set_gradient_accumulation_boundary(boundary)
         self._ds.backward(loss, scale_wrt_gas=False)
 
     def step(self) -> float:
+        """DeepSpeed's overflow check (``bf16.check_grad_overflow``, on by default; always
+        on for fp32 ZeRO) skips a step with non-finite gradients, drops them, and reports
+        an infinite norm."""
         self._ds.set_gradient_accumulation_boundary(True)
         self._ds.step()
         norm = self._ds.get_global_grad_norm()

@@ -6,16 +6,25 @@ or by one call each: rollouts (:func:`slca.rollout.loop.run_rollouts`), rewards
 :func:`slca.advantages.compute_advantages` — the only dispatch path), loss
 (:func:`slca.losses.policy_loss`), optimisation (an update engine: plain torch or
 DeepSpeed) and tracking (an optional tracker; MLflow in :mod:`slca.tracking`).
+
+Data parallel (``torchrun``/``deepspeed`` launchers, as verl and TRL do it): every rank
+draws the same ``tasks_per_step`` tasks, samples the rollouts of its own contiguous
+share of them (whole groups, so no group spans ranks) and scores them; the rollouts
+and scores are then gathered, so every rank computes the advantages and the metrics of
+the whole step exactly as one process would, and updates on its own rows. Each rank's
+loss is scaled so that the gradient average of DDP/DeepSpeed equals the one-process
+objective over the global minibatch.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -34,6 +43,7 @@ from slca.rollout.loop import RolloutLimits, run_rollouts
 from slca.rollout.types import Rollout
 from slca.segments import head_masks, union_mask
 from slca.simulator import Simulator
+from slca.simulator.core import SimulatorStats
 from slca.training.batch import Batch, collate, first_position, token_logprobs
 from slca.training.engines import CLIENT_STATE, ENGINE_STATE, UpdateEngine, explain_oom
 
@@ -67,11 +77,14 @@ class Sampled:
     """One step's rollouts and what the step's metrics need of their sampling."""
 
     tasks: list[TaskRecord]
+    """This rank's share of the step's tasks (all of them in one process)."""
     rollouts: list[Rollout]
+    """Their rollouts, ``group_size`` per task, groups numbered over the whole step."""
     started: float
     """``time.perf_counter()`` when sampling began (the step's wall clock starts there)."""
     rollout_s: float
-    simulator_metrics: dict[str, float]
+    simulator_stats: SimulatorStats
+    """The simulator's counters over this sampling."""
 
 
 class TaskSampler:
@@ -115,6 +128,17 @@ class Trainer:
         algorithm = config.algorithm
         if algorithm.loss.kl_coef > 0 and reference is None:
             raise ValueError("algorithm.loss.kl_coef > 0 needs a frozen reference model")
+        _check_data_parallel(config, update.world_size)
+        if getattr(rollout_engine, "shares_module", False):
+            if getattr(rollout_engine, "model", None) is not update.module:
+                raise ValueError(
+                    f"rollout engine {rollout_engine.name!r} declares shares_module but "
+                    "does not generate with update.module; build it on update.module, or "
+                    "give it a copy with shares_module=False"
+                )
+        if reference is not None:  # the policy's device and dtype (bf16 under DeepSpeed)
+            dtype = next(update.module.parameters()).dtype
+            reference.to(device=update.device, dtype=dtype).eval()
         self.config, self.tokenizer, self.update = config, tokenizer, update
         self.rollout_engine, self.simulator, self.reference = rollout_engine, simulator, reference
         self.tracker, self.summary_scorer, self.progress = tracker, summary_scorer, progress
@@ -168,19 +192,25 @@ class Trainer:
         :func:`slca.eval.in_domain.in_domain_metrics`). Changes no trainer state."""
         rollout = self.config.rollout
         self._sync_rollout_weights()
-        rollouts = run_rollouts(
-            self.validation_tasks,
-            engine=self.rollout_engine,
-            tokenizer=self.tokenizer,
-            simulator=self.simulator,
-            group_size=1,
-            sampling=SamplingParams(max_new_tokens=rollout.max_new_tokens, temperature=0.0),
-            limits=RolloutLimits(
-                max_turns=rollout.max_turns, max_total_tokens=rollout.max_total_tokens
-            ),
-        )
+        world, rank = self.update.world_size, self.update.rank
+        n = len(self.validation_tasks)
+        first, last = n * rank // world, n * (rank + 1) // world  # this rank's share
+        with self._generation():
+            rollouts = run_rollouts(
+                self.validation_tasks[first:last],
+                engine=self.rollout_engine,
+                tokenizer=self.tokenizer,
+                simulator=self.simulator,
+                group_size=1,
+                sampling=SamplingParams(max_new_tokens=rollout.max_new_tokens, temperature=0.0),
+                limits=RolloutLimits(
+                    max_turns=rollout.max_turns, max_total_tokens=rollout.max_total_tokens
+                ),
+                first_group=first,
+            )
         tasks = {t.id: t for t in self.validation_tasks}
         scores = score_batch(rollouts, tasks, RewardConfig(mode="process"))
+        scores = [s for part in self._gather(scores) for s in part]
         return {f"val/{k.partition('/')[2]}": v for k, v in in_domain_metrics(scores).items()}
 
     def sample(self) -> Sampled:
@@ -189,31 +219,36 @@ class Trainer:
         cfg = self.config
         started = time.perf_counter()
         step = self.state.step + 1
-        tasks = self.sampler.take(self.state.tasks_drawn, cfg.rollout.tasks_per_step)
+        drawn = self.sampler.take(self.state.tasks_drawn, cfg.rollout.tasks_per_step)
+        share = len(drawn) // self.update.world_size
+        first = self.update.rank * share
+        tasks = drawn[first : first + share]
         self._sync_rollout_weights()
         self.simulator.stats.reset()
-        rollouts = run_rollouts(
-            tasks,
-            engine=self.rollout_engine,
-            tokenizer=self.tokenizer,
-            simulator=self.simulator,
-            group_size=cfg.rollout.group_size,
-            sampling=SamplingParams(
-                max_new_tokens=cfg.rollout.max_new_tokens,
-                temperature=cfg.rollout.temperature,
-                top_p=cfg.rollout.top_p,
-                seed=cfg.seed * 100_003 + step,
-            ),
-            limits=RolloutLimits(
-                max_turns=cfg.rollout.max_turns, max_total_tokens=cfg.rollout.max_total_tokens
-            ),
-        )
+        with self._generation():
+            rollouts = run_rollouts(
+                tasks,
+                engine=self.rollout_engine,
+                tokenizer=self.tokenizer,
+                simulator=self.simulator,
+                group_size=cfg.rollout.group_size,
+                sampling=SamplingParams(
+                    max_new_tokens=cfg.rollout.max_new_tokens,
+                    temperature=cfg.rollout.temperature,
+                    top_p=cfg.rollout.top_p,
+                    seed=cfg.seed * 100_003 + step,
+                ),
+                limits=RolloutLimits(
+                    max_turns=cfg.rollout.max_turns, max_total_tokens=cfg.rollout.max_total_tokens
+                ),
+                first_group=first,
+            )
         return Sampled(
             tasks,
             rollouts,
             started,
             time.perf_counter() - started,
-            self.simulator.stats.as_metrics(),
+            replace(self.simulator.stats),
         )
 
     def score(self, sampled: Sampled) -> list[RewardBreakdown]:
@@ -228,15 +263,22 @@ class Trainer:
     def learn(self, sampled: Sampled, scores: Sequence[RewardBreakdown]) -> dict[str, float]:
         """Advantages, the policy update, and the step's metrics; advances the step."""
         cfg, algorithm = self.config, self.config.algorithm
-        tasks, rollouts, started = sampled.tasks, sampled.rollouts, sampled.started
+        started = sampled.started
         step = self.state.step + 1
+        # every rank holds the whole step (rank order = task order), and updates its rows
+        parts = self._gather((sampled.rollouts, list(scores), sampled.simulator_stats))
+        rollouts = [r for part in parts for r in part[0]]
+        scores = [s for part in parts for s in part[1]]
+        simulator_stats = _sum_stats([part[2] for part in parts])
+        own = len(sampled.rollouts)
+        rows = torch.arange(self.update.rank * own, (self.update.rank + 1) * own)
         batch = collate(rollouts, self.tokenizer.pad_token_id)
         masks = head_masks(
             batch.kind_codes, algorithm.segments.routing, mode=algorithm.segments.mode
         )
         loss_mask = union_mask(masks)
         logprobs_started = time.perf_counter()
-        old, ref = self._reference_logprobs(batch)
+        old, ref = self._reference_logprobs(batch, rows)
         logprobs_s = time.perf_counter() - logprobs_started
         extra = {}
         if algorithm.advantage.granularity == "per_call":
@@ -262,15 +304,16 @@ class Trainer:
         )
         update_started = time.perf_counter()
         with explain_oom(cfg.update.micro_batch_size):
-            actor = self._update(batch, old, ref, advantages, loss_mask, step)
+            actor = self._update(batch, rows, old, ref, advantages, loss_mask, step)
         if step % cfg.histogram_every == 0:
-            actor["actor/grad_cos_tool_sum"] = self._gradient_cosine(batch, old, advantages, masks)
+            cosine = self._gradient_cosine(batch, rows, old, advantages, masks)
+            actor["actor/grad_cos_tool_sum"] = cosine  # rank 0's: the step's first rows
             if self.tracker is not None:
                 self.tracker.log_histograms(
                     step, {head: advantages[mask].numpy() for head, mask in masks.items()}
                 )
         self.state.step = step
-        self.state.tasks_drawn += len(tasks)
+        self.state.tasks_drawn += cfg.rollout.tasks_per_step
         elapsed = time.perf_counter() - started
         w = algorithm.advantage.weights
         metrics = {
@@ -288,7 +331,7 @@ class Trainer:
             "rollout/turns": _mean(len(r.turns) for r in rollouts),
             "rollout/policy_tokens": float(batch.policy_mask.sum()),
             "rollout/finished_frac": _mean(r.finish_reason == "stop" for r in rollouts),
-            **sampled.simulator_metrics,
+            **simulator_stats.as_metrics(),
             "perf/step_s": elapsed,
             "perf/rollout_s": sampled.rollout_s,
             "perf/logprobs_s": logprobs_s,
@@ -300,14 +343,32 @@ class Trainer:
     # ------------------------------------------------------------------ pieces
 
     def _sync_rollout_weights(self) -> None:
-        same = getattr(self.rollout_engine, "model", None) is self.update.model
-        if not same:  # a separate engine (vLLM) gets the trainer's weights
+        if not getattr(self.rollout_engine, "shares_module", False):
+            # a separate engine (vLLM, or an HF copy under ZeRO-3) gets the new weights
             self.rollout_engine.load_weights(self.update.state_dict_for_rollout())
 
+    def _generation(self) -> contextlib.AbstractContextManager[Any]:
+        """Generation with the update engine's own module runs in its precision."""
+        if getattr(self.rollout_engine, "shares_module", False):
+            return self.update.autocast()
+        return contextlib.nullcontext()
+
+    def _gather(self, value: Any) -> list[Any]:
+        """``value`` of every rank, in rank order (``[value]`` in one process)."""
+        if self.update.world_size == 1:
+            return [value]
+        import torch.distributed as dist
+
+        out: list[Any] = [None] * self.update.world_size
+        dist.all_gather_object(out, value)
+        return out
+
     @torch.no_grad()
-    def _reference_logprobs(self, batch: Batch) -> tuple[Tensor | None, Tensor | None]:
+    def _reference_logprobs(
+        self, batch: Batch, rows: Tensor
+    ) -> tuple[Tensor | None, Tensor | None]:
         """Old log-probs (None: on-policy, the live ones are the old ones) and the
-        reference model's log-probs (None without a KL term)."""
+        reference model's log-probs (None without a KL term), of this rank's ``rows``."""
         update = self.config.update
         temperature = self.config.rollout.temperature
         old = batch.old_logprobs
@@ -320,102 +381,147 @@ class Trainer:
                 # optimizer step, so its own (detached) log-probs are the old ones and
                 # the extra pass (~15% of a CPU step) is skipped, as TRL does.
                 single_update = update.epochs == 1 and update.minibatches == 1
-                old = None if single_update else self._chunked_logprobs(model, batch, temperature)
+                old = (
+                    None
+                    if single_update
+                    else self._chunked_logprobs(model, batch, rows, temperature)
+                )
             ref = None
             if self.reference is not None and self.config.algorithm.loss.kl_coef > 0:
-                ref = self._chunked_logprobs(self.reference, batch, temperature)
+                ref = self._chunked_logprobs(self.reference, batch, rows, temperature)
         finally:
             model.train(was_training)
         return old, ref
 
-    def _chunked_logprobs(self, model, batch: Batch, temperature: float) -> Tensor:
+    def _chunked_logprobs(self, model, batch: Batch, rows: Tensor, temperature: float) -> Tensor:
+        """``(B, T)`` log-probs of ``rows`` (zeros elsewhere), one micro-batch at a time."""
         out = torch.zeros_like(batch.old_logprobs)
         size = self.config.update.micro_batch_size
-        for start in range(0, batch.input_ids.shape[0], size):
-            rows = list(range(start, min(start + size, batch.input_ids.shape[0])))
-            sub = batch.select(rows)
-            logp, _ = token_logprobs(
-                model,
-                sub.input_ids,
-                sub.attention_mask,
-                temperature=temperature,
-                start=first_position(sub.policy_mask),
-            )
-            out[rows, : logp.shape[1]] = logp
+        for start in range(0, len(rows), size):
+            chunk = rows[start : start + size]
+            sub = batch.select(chunk).to(self.update.device)
+            with self.update.autocast():
+                logp, _ = token_logprobs(
+                    model,
+                    sub.input_ids,
+                    sub.attention_mask,
+                    temperature=temperature,
+                    start=first_position(sub.policy_mask),
+                )
+            out[chunk, : logp.shape[1]] = logp.float().cpu()
         return out
 
     def _update(
         self,
         batch: Batch,
+        rows: Tensor,
         old: Tensor | None,
         ref: Tensor | None,
         advantages: Tensor,
         loss_mask: Tensor,
         step: int,
     ) -> dict[str, float]:
+        """The minibatch updates of this rank's ``rows``; metrics over every rank.
+
+        Every rank splits its rows into ``update.minibatches`` with the same seeded
+        permutation (verl's local shuffle), so the global minibatch is the union of the
+        ranks' parts and every rank runs the same micro-batch plan. A micro-batch's loss
+        is weighted by its share of the global minibatch's loss units (tokens for
+        ``token-mean``, sequences for ``seq-mean-token-mean``), times the world size
+        that the gradient average divides by: the gradient is the one-process one.
+        A minibatch with a non-finite loss anywhere is skipped whole (see below).
+        """
         cfg, loss_cfg = self.config, self.config.algorithm.loss
-        model = self.update.model
+        model, device = self.update.model, self.update.device
+        world = self.update.world_size
         model.train()
-        n = batch.input_ids.shape[0]
-        per_minibatch = n // cfg.update.minibatches
+        own = len(rows)
+        per_minibatch = own // cfg.update.minibatches
+        size = cfg.update.micro_batch_size
+        starts = torch.arange(world) * own  # each rank's first row (rank order = row order)
+        by_sequence = loss_cfg.aggregation == "seq-mean-token-mean"
+
+        def units(selected: Tensor) -> Tensor:
+            """Loss units of each row of ``selected``."""
+            counts = loss_mask[selected].sum(dim=1)
+            return (counts > 0).long() if by_sequence else counts
+
         generator = torch.Generator().manual_seed(cfg.seed * 7_919 + step)
         totals: dict[str, float] = {}
         weight_sum = 0.0
         grad_norms = []
         for _ in range(cfg.update.epochs):
-            order = torch.randperm(n, generator=generator)
+            order = torch.randperm(own, generator=generator)
             for m in range(cfg.update.minibatches):
-                rows = order[m * per_minibatch : (m + 1) * per_minibatch]
-                tokens = float(loss_mask[rows].sum())
-                if tokens == 0:
+                positions = order[m * per_minibatch : (m + 1) * per_minibatch]
+                # (world, rows) the global minibatch: every rank's rows at these positions
+                everyone = starts[:, None] + positions[None, :]
+                denominator = float(units(everyone.flatten()).sum())
+                if denominator == 0:
                     continue
-                self.update.zero_grad()
-                finite = True
-                size = cfg.update.micro_batch_size
-                micros = [
-                    rows[s : s + size]
-                    for s in range(0, len(rows), size)
-                    if loss_mask[rows[s : s + size]].any()
+                plan = [  # micro-batches with a loss unit on some rank
+                    s
+                    for s in range(0, per_minibatch, size)
+                    if units(everyone[:, s : s + size].flatten()).any()
                 ]
-                for position, micro in enumerate(micros):
-                    sub = batch.select(micro)
+                mine = rows[positions]
+                self.update.zero_grad()
+                running: dict[str, float] = {}
+                weight = 0.0
+                for position, s in enumerate(plan):
+                    micro = mine[s : s + size]
+                    boundary = position == len(plan) - 1
+                    sub = batch.select(micro).to(device)
                     width = sub.input_ids.shape[1]
-                    mask = loss_mask[micro, :width]
-                    share = float(mask.sum()) / tokens  # exact token-mean over the minibatch
-                    logp, entropy = token_logprobs(
-                        model,
-                        sub.input_ids,
-                        sub.attention_mask,
-                        temperature=cfg.rollout.temperature,
-                        with_entropy=True,
-                        start=first_position(mask),
-                    )
-                    loss, metrics = policy_loss(
-                        logp,
-                        logp.detach() if old is None else old[micro, :width],
-                        advantages[micro, :width],
-                        mask,
-                        clip_low=loss_cfg.clip_low,
-                        clip_high=loss_cfg.clip_high,
-                        ref_logp=None if ref is None else ref[micro, :width],
-                        kl_coef=loss_cfg.kl_coef,
-                        aggregation=loss_cfg.aggregation,
-                        clip_ratio_c=loss_cfg.clip_ratio_c,
-                    )
-                    if not torch.isfinite(loss):
-                        finite = False
-                        break
-                    # DeepSpeed reduces gradients at the last micro-batch of a minibatch.
-                    self.update.backward(loss * share, boundary=position == len(micros) - 1)
-                    metrics["actor/entropy"] = entropy[mask].mean()
-                    for key, value in metrics.items():
-                        totals[key] = totals.get(key, 0.0) + share * float(value)
-                    weight_sum += share
-                if not finite:
-                    self._skip_step()
+                    mask = loss_mask[micro, :width].to(device)
+                    share = float(units(micro).sum()) / denominator
+                    with self.update.micro_batch(boundary=boundary):
+                        logp, entropy = token_logprobs(
+                            model,
+                            sub.input_ids,
+                            sub.attention_mask,
+                            temperature=cfg.rollout.temperature,
+                            with_entropy=True,
+                            start=first_position(mask),
+                        )
+                        loss, metrics = policy_loss(
+                            logp,
+                            logp.detach() if old is None else old[micro, :width].to(device),
+                            advantages[micro, :width].to(device),
+                            mask,
+                            clip_low=loss_cfg.clip_low,
+                            clip_high=loss_cfg.clip_high,
+                            ref_logp=None if ref is None else ref[micro, :width].to(device),
+                            kl_coef=loss_cfg.kl_coef,
+                            aggregation=loss_cfg.aggregation,
+                            clip_ratio_c=loss_cfg.clip_ratio_c,
+                        )
+                        if not torch.isfinite(loss):
+                            # NaN on every gradient: the step (every rank's, the norm is
+                            # global) sees a non-finite norm and applies nothing, as the
+                            # engines' overflow checks do; the micro-batches keep their
+                            # lockstep, which DDP and DeepSpeed need.
+                            loss = logp.sum() * float("nan")
+                        # DeepSpeed reduces gradients at the last micro-batch of a minibatch.
+                        self.update.backward(loss * (share * world), boundary=boundary)
+                    if share:
+                        metrics["actor/entropy"] = entropy[mask].mean()
+                        for key, value in metrics.items():
+                            running[key] = running.get(key, 0.0) + share * float(value)
+                        weight += share
+                grad_norm = self.update.step()
+                if not math.isfinite(grad_norm):
+                    self._skip_step()  # the whole minibatch: none of its metrics count
                     continue
                 self.state.bad_steps = 0
-                grad_norms.append(float(self.update.step()))
+                grad_norms.append(grad_norm)
+                for key, value in running.items():
+                    totals[key] = totals.get(key, 0.0) + value
+                weight_sum += weight
+        # shares are of the global minibatch: the ranks' sums are the global sums
+        gathered = self._gather((totals, weight_sum))
+        totals = {k: sum(part[0].get(k, 0.0) for part in gathered) for k in totals}
+        weight_sum = sum(part[1] for part in gathered)
         out = {k: v / weight_sum for k, v in totals.items()} if weight_sum else {}
         if grad_norms:
             out["actor/grad_norm"] = sum(grad_norms) / len(grad_norms)
@@ -434,31 +540,38 @@ class Trainer:
             )
 
     def _gradient_cosine(
-        self, batch: Batch, old: Tensor | None, advantages: Tensor, masks: dict[str, Tensor]
+        self,
+        batch: Batch,
+        rows: Tensor,
+        old: Tensor | None,
+        advantages: Tensor,
+        masks: dict[str, Tensor],
     ) -> float:
         """Cosine between the policy gradients of tool tokens and of summary tokens
-        (the paper's orthogonality probe), on the step's first micro-batch."""
+        (the paper's orthogonality probe), on the first micro-batch of ``rows`` (rank
+        0's are the step's first rows; every rank runs it, for ZeRO-3's collectives)."""
         if "tool" not in masks or "summary" not in masks:
             return float("nan")
-        model = self.update.model
-        rows = list(range(min(self.config.update.micro_batch_size, batch.input_ids.shape[0])))
-        sub = batch.select(rows)
+        model, device = self.update.module, self.update.device  # no DDP/DeepSpeed hooks
+        rows = rows[: self.config.update.micro_batch_size]
+        sub = batch.select(rows).to(device)
         width = sub.input_ids.shape[1]
         params = [p for p in model.parameters() if p.requires_grad]
-        grads = []
+        grads, empty = [], False
         for head in ("tool", "summary"):
-            mask = masks[head][rows, :width]
-            if not mask.any():
-                return float("nan")
-            logp, _ = token_logprobs(
-                model,
-                sub.input_ids,
-                sub.attention_mask,
-                temperature=self.config.rollout.temperature,
-                start=first_position(mask),
-            )
-            old_rows = logp.detach() if old is None else old[rows, :width]
-            loss, _ = policy_loss(logp, old_rows, advantages[rows, :width], mask)
+            mask = masks[head][rows, :width].to(device)
+            # no early return: under ZeRO-3 every rank must run the same forwards
+            empty = empty or not bool(mask.any())
+            with self.update.autocast():
+                logp, _ = token_logprobs(
+                    model,
+                    sub.input_ids,
+                    sub.attention_mask,
+                    temperature=self.config.rollout.temperature,
+                    start=first_position(mask),
+                )
+            old_rows = logp.detach() if old is None else old[rows, :width].to(device)
+            loss, _ = policy_loss(logp, old_rows, advantages[rows, :width].to(device), mask)
             grad = torch.autograd.grad(loss, params, allow_unused=True)
             grads.append(
                 torch.cat(
@@ -468,6 +581,8 @@ class Trainer:
                     ]
                 )
             )
+        if empty:
+            return float("nan")
         return float(torch.nn.functional.cosine_similarity(grads[0], grads[1], dim=0))
 
     # ------------------------------------------------------------------ checkpoints
@@ -513,6 +628,28 @@ def _block_reward_matrix(rollouts, scores) -> Tensor:
     for i, rewards in enumerate(per_block):
         out[i, : len(rewards)] = torch.tensor(rewards)
     return out
+
+
+def _check_data_parallel(config: TrainConfig, world: int) -> None:
+    """Each rank samples whole groups and splits its rollouts into the minibatches."""
+    tasks, minibatches = config.rollout.tasks_per_step, config.update.minibatches
+    if tasks % world:
+        raise ValueError(
+            f"train.rollout.tasks_per_step={tasks} must be a multiple of the {world} "
+            "data-parallel processes (each samples whole groups of its share)"
+        )
+    own = tasks // world * config.rollout.group_size
+    if own % minibatches:
+        raise ValueError(
+            f"train.update.minibatches={minibatches} must divide each process's {own} "
+            f"rollouts (tasks_per_step / {world} processes × group_size)"
+        )
+
+
+def _sum_stats(parts: Sequence[SimulatorStats]) -> SimulatorStats:
+    return SimulatorStats(
+        **{f.name: sum(getattr(p, f.name) for p in parts) for f in fields(SimulatorStats)}
+    )
 
 
 def _mean(values) -> float:

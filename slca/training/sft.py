@@ -127,7 +127,13 @@ def sft(
     progress: Callable[[int, float], None] | None = None,
 ) -> list[float]:
     """Cross-entropy on assistant tokens (token-mean per micro-batch), one optimizer step
-    per micro-batch. Returns the loss of every step."""
+    per micro-batch, on the update engine's device and precision. Returns the loss of
+    every step. One process: data-parallel SFT is not supported."""
+    if update.world_size > 1:
+        raise ValueError(
+            f"sft runs in one process; it was launched with {update.world_size} "
+            "(run the sft stage without torchrun/deepspeed)"
+        )
     model = update.model
     model.train()
     order = list(range(len(examples)))
@@ -145,10 +151,12 @@ def sft(
                 ids[row, :n] = torch.tensor(example.token_ids)
                 attention[row, :n] = True
                 mask[row, :n] = torch.tensor(example.loss_mask)
-            logp, _ = token_logprobs(model, ids, attention, start=first_position(mask))
-            loss = -(logp * mask).sum() / mask.sum().clamp(min=1)
+            ids, attention, mask = (t.to(update.device) for t in (ids, attention, mask))
             update.zero_grad()
-            update.backward(loss)
+            with update.micro_batch():
+                logp, _ = token_logprobs(model, ids, attention, start=first_position(mask))
+                loss = -(logp * mask).sum() / mask.sum().clamp(min=1)
+                update.backward(loss)
             update.step()
             losses.append(loss.item())
             if progress is not None:

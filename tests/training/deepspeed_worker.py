@@ -9,6 +9,7 @@ import os
 import socket
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
@@ -68,6 +69,37 @@ def main(stage: int, workdir: Path) -> dict:
     )
     client = engine.load(target)
     restored = all(torch.equal(saved[k], v) for k, v in engine.state_dict_for_rollout().items())
+    lr_restored, steps_restored = engine.current_lr() == lr_saved, engine.steps
+
+    # non-finite gradients: DeepSpeed's overflow check applies nothing and drops them
+    engine.backward(loss_of(ids) * float("nan"))
+    nan_norm = engine.step()
+    nan_skipped = (
+        all(torch.equal(saved[k], v) for k, v in engine.state_dict_for_rollout().items())
+        and engine.current_lr() == lr_saved
+        and engine.steps == 1
+    )
+    # the HF rollout engine on the engine's module (not its wrapper) is never synced
+    from slca.rollout.engines import HFEngine
+    from slca.training.rl import Trainer
+
+    hf = HFEngine(engine.module, tokenizer)
+    hf.load_weights = lambda state: (_ for _ in ()).throw(AssertionError("synced"))
+    from slca.config import TrainConfig
+    from slca.simulator import Simulator
+
+    trainer = Trainer(
+        TrainConfig.model_validate({"algorithm": {"loss": {"kl_coef": 0}}}),
+        tasks=[SimpleNamespace(id="t")],
+        tokenizer=tokenizer,
+        update=engine,
+        rollout_engine=hf,
+        simulator=Simulator(),
+        checkpoint_dir=workdir / "unused",
+    )
+    trainer._sync_rollout_weights()
+    engine.backward(loss_of(ids))  # and the next step is a normal one
+    after_nan = engine.step()
     return {
         "optimizer_params": ds_config["optimizer"]["params"],
         "bf16": ds_config["bf16"]["enabled"],
@@ -76,9 +108,13 @@ def main(stage: int, workdir: Path) -> dict:
         "params": len(before),
         "moved_after_save": moved,
         "restored": restored,
+        "nan_norm": nan_norm,
+        "nan_skipped": nan_skipped,
+        "after_nan": after_nan,
         "hf_export_matches": hf_export_matches,
-        "lr_restored": engine.current_lr() == lr_saved,
-        "steps": engine.steps,
+        "lr_restored": lr_restored,
+        "steps": steps_restored,
+        "steps_after_nan_and_one_more": engine.steps,
         "client_state": client,
         "files": sorted(p.name for p in target.iterdir()),
         "leftovers": sorted(p.name for p in workdir.iterdir() if p.name.startswith(".")),

@@ -2,8 +2,10 @@
 
 import importlib.util
 import json
+import math
 import os
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -87,6 +89,34 @@ def test_step_returns_the_pre_clip_norm_and_clips(tokenizer, batch):
     assert norm == pytest.approx(expected, rel=1e-5) and norm > 0.1
     assert seen == [pytest.approx(0.1, rel=1e-4)]
     assert all(p.grad is None for p in engine.model.parameters())
+
+
+def test_a_step_with_non_finite_gradients_applies_nothing(tokenizer, batch):
+    engine = make_engine(tokenizer)
+    lm_step(engine, batch)
+    before, lr = snapshot(engine), engine.current_lr()
+    loss = engine.model(input_ids=batch, labels=batch).loss
+    engine.backward(loss * float("nan"))
+    assert math.isnan(engine.step())
+    assert all(torch.equal(before[k], v) for k, v in engine.state_dict_for_rollout().items())
+    assert engine.steps == 1 and engine.current_lr() == lr and engine.scheduler.last_epoch == 1
+    assert all(p.grad is None for p in engine.model.parameters())
+    assert math.isfinite(lm_step(engine, batch)[1]) and engine.steps == 2
+
+
+def test_the_device_setting_is_checked_and_used(tokenizer):
+    engine = TorchEngine(tiny_model(tokenizer), EngineConfig(device="cpu"))
+    assert engine.device == torch.device("cpu") and engine.world_size == 1 and engine.rank == 0
+    assert {p.device for p in engine.module.parameters()} == {torch.device("cpu")}
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match=r"engine.device='cuda' but .* no CUDA device"):
+            TorchEngine(tiny_model(tokenizer), EngineConfig(device="cuda"))
+    with pytest.raises(ValidationError, match="not a torch device"):
+        EngineConfig(device="gpu0")
+    with pytest.raises(ValidationError, match="cpu or cuda"):
+        EngineConfig(device="meta")
+    with pytest.raises(ValidationError, match="device applies to engine 'torch' only"):
+        EngineConfig(engine="deepspeed", device="cpu")
 
 
 def test_lr_schedule_warms_up_linearly_then_holds_or_decays():
@@ -206,10 +236,20 @@ def test_gradient_checkpointing_gives_the_same_gradients(tokenizer, batch):
 
 
 def test_an_out_of_memory_error_names_the_micro_batch_setting():
-    with pytest.raises(RuntimeError, match=r"train\.micro_batch_size.*now 8") as info:
+    with pytest.raises(RuntimeError, match=r"train\.update\.micro_batch_size` \(now 8\)") as info:
         with explain_oom(8):
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB")
     assert isinstance(info.value.__cause__, torch.cuda.OutOfMemoryError)
+    # every key the hint names is a real setting: `-S <key>=...` would be accepted
+    from slca.config import TrainConfig
+
+    keys = re.findall(r"`(train\.[a-z_.]+)`", str(info.value))
+    assert len(keys) == 3
+    for key in keys:
+        section = TrainConfig
+        for part in key.split(".")[1:]:
+            assert part in section.model_fields, key
+            section = section.model_fields[part].annotation
     with pytest.raises(ValueError, match="unrelated"):
         with explain_oom(8):
             raise ValueError("unrelated")
@@ -278,6 +318,8 @@ def test_deepspeed_zero_on_cpu_steps_saves_and_loads(stage, tokenizer, batch, tm
     assert result["moved_after_save"] and result["restored"] and result["lr_restored"]
     assert result["hf_export_matches"]
     assert result["steps"] == 1 and result["client_state"] == {"step": 1}
+    assert not math.isfinite(result["nan_norm"]) and result["nan_skipped"]
+    assert math.isfinite(result["after_nan"]) and result["steps_after_nan_and_one_more"] == 2
     assert {"deepspeed", "model.safetensors", "engine.json", "rng_state_rank0.pt"} <= set(
         result["files"]
     )

@@ -6,6 +6,7 @@ import torch
 from helpers import DESIGN_METRICS, ScriptedEngine
 
 from slca.config import TrainConfig
+from slca.rollout.engines import HFEngine
 from slca.simulator import Simulator
 from slca.training.config import EngineConfig
 from slca.training.engines import TorchEngine, load_hf_weights
@@ -294,3 +295,132 @@ def test_reference_profile_reaches_segments_estimator_and_loss(world, tmp_path, 
     assert (~masks["tool"].any(dim=1)).any()
     assert kwargs["guarded"].dtype == torch.bool and kwargs["guarded"].any()
     assert "actor/clipfrac_lower" in metrics and math.isfinite(metrics["actor/pg_loss"])
+
+
+
+def test_bf16_runs_the_policy_and_reference_forwards_in_bf16_on_cpu(world, tmp_path):
+    """``train.engine.bf16`` reaches every forward of the update (autocast): the logits
+    of the policy and of the frozen reference come out in bf16 with it, fp32 without."""
+    seen = {}
+    for bf16 in (False, True):
+        trainer, model, _ = make(world, tmp_path / str(bf16), steps=1, kl_coef=0.01)
+        trainer.update = TorchEngine(
+            model, EngineConfig(bf16=bf16, optim={"lr": 1e-3, "weight_decay": 0.01})
+        )
+        dtypes = {"policy": set(), "reference": set()}
+        for name, module in (("policy", model), ("reference", trainer.reference)):
+            module.lm_head.register_forward_hook(
+                lambda _m, _i, out, seen=dtypes[name]: seen.add(out.dtype)
+            )
+        trainer.run()
+        seen[bf16] = dtypes
+    assert seen[False] == {"policy": {torch.float32}, "reference": {torch.float32}}
+    assert seen[True] == {"policy": {torch.bfloat16}, "reference": {torch.bfloat16}}
+
+
+def test_the_reference_moves_to_the_policy_device_and_dtype(world, tmp_path):
+    trainer, model, _ = make(world, tmp_path, steps=1, kl_coef=0.01)
+    assert trainer.update.device == torch.device("cpu")
+    reference = tiny_model(world[1], seed=0).to(torch.bfloat16)
+    again = Trainer(
+        trainer.config,
+        tasks=world[0][:1],
+        tokenizer=world[1],
+        update=trainer.update,
+        reference=reference,
+        rollout_engine=trainer.rollout_engine,
+        simulator=Simulator(),
+        checkpoint_dir=tmp_path / "again",
+    )
+    assert {p.dtype for p in again.reference.parameters()} == {torch.float32}
+    assert not again.reference.training
+
+
+def test_an_engine_sharing_the_module_is_never_synced_a_copy_is(world, tmp_path, monkeypatch):
+    tasks, tokenizer = world
+    short = {"tasks_per_step": 1, "group_size": 4, "max_new_tokens": 8, "max_turns": 1}
+    trainer, model, _ = make(world, tmp_path / "shared", steps=2, rollout=short)
+    shared = HFEngine(trainer.update.module, tokenizer, batch_size=8)
+    trainer.rollout_engine = shared
+    monkeypatch.setattr(shared, "load_weights", lambda state: pytest.fail("synced"))
+    trainer.run()
+
+    trainer, model, _ = make(world, tmp_path / "copy", steps=2, rollout=short)
+    copy = HFEngine(tiny_model(tokenizer, seed=5), tokenizer, shares_module=False)
+    trainer.rollout_engine = copy
+    synced = []
+    real = copy.load_weights
+    monkeypatch.setattr(copy, "load_weights", lambda state: synced.append(1) or real(state))
+    trainer.run()
+    assert len(synced) == 2  # once before each step's rollouts
+    # the copy holds the weights it sampled step 2 with: the policy after step 1
+    after_1 = tiny_model(tokenizer, seed=9)
+    load_hf_weights(after_1, tmp_path / "copy/ckpt/step_000001")
+    assert all(torch.equal(v, copy.model.state_dict()[k]) for k, v in after_1.state_dict().items())
+
+    with pytest.raises(ValueError, match="declares shares_module but does not generate"):
+        Trainer(
+            trainer.config,
+            tasks=tasks,
+            tokenizer=tokenizer,
+            update=trainer.update,
+            rollout_engine=HFEngine(tiny_model(tokenizer), tokenizer),  # another model
+            simulator=Simulator(),
+            checkpoint_dir=tmp_path / "x",
+        )
+
+
+def test_a_non_finite_micro_batch_skips_its_whole_minibatch(world, tmp_path, monkeypatch):
+    """The second micro-batch's loss is NaN: the first one's gradient and metrics must
+    not count either; nothing is applied and the skip is counted once."""
+    import slca.training.rl as rl
+
+    trainer, model, recorder = make(
+        world,
+        tmp_path,
+        steps=1,
+        histogram_every=5,  # no gradient probe: it calls the loss too
+        update={"micro_batch_size": 2, "minibatches": 1},
+    )
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    calls = []
+    real = rl.policy_loss
+
+    def nan_on_second(*args, **kwargs):
+        loss, metrics = real(*args, **kwargs)
+        calls.append(1)
+        return (loss * float("nan") if len(calls) == 2 else loss), metrics
+
+    monkeypatch.setattr(rl, "policy_loss", nan_on_second)
+    trainer.run()
+    assert len(calls) == 2  # both micro-batches ran (ranks stay in lockstep)
+    metrics = recorder.metrics[0][1]
+    assert metrics["actor/skipped_steps"] == 1.0 and trainer.state.skipped_steps == 1
+    assert not any(k in metrics for k in ("actor/pg_loss", "actor/entropy", "actor/grad_norm"))
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert trainer.update.steps == 0 and trainer.update.optimizer.state_dict()["state"] == {}
+    assert all(p.grad is None for p in model.parameters())
+
+
+@pytest.mark.parametrize("aggregation", ["token-mean", "seq-mean-token-mean"])
+def test_micro_batching_does_not_change_the_update(world, tmp_path, aggregation):
+    """One micro-batch of 4 rollouts or four of 1: the same objective, so the same step
+    (each micro-batch weighs by its share of the minibatch's tokens, or sequences)."""
+    weights = []
+    for size in (4, 1):
+        trainer, model, recorder = make(
+            world,
+            tmp_path / str(size),
+            steps=1,
+            update={"micro_batch_size": size, "minibatches": 1},
+            algorithm={"loss": {"aggregation": aggregation, "kl_coef": 0.0}},
+        )
+        trainer.run()
+        weights.append((model.state_dict(), recorder.metrics[0][1]))
+    (a, metrics_a), (b, metrics_b) = weights
+    assert metrics_a["actor/grad_norm"] == pytest.approx(metrics_b["actor/grad_norm"], rel=1e-4)
+    assert metrics_a["actor/pg_loss"] == pytest.approx(metrics_b["actor/pg_loss"], abs=1e-6)
+    # AdamW's first step is ~lr·sign(g): where |g| is near its ε, summation-order noise
+    # moves a weight by a fraction of lr (1e-3 here); 1e-5 is 1% of one step
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=0, atol=1e-5)

