@@ -297,7 +297,6 @@ def test_reference_profile_reaches_segments_estimator_and_loss(world, tmp_path, 
     assert "actor/clipfrac_lower" in metrics and math.isfinite(metrics["actor/pg_loss"])
 
 
-
 def test_bf16_runs_the_policy_and_reference_forwards_in_bf16_on_cpu(world, tmp_path):
     """``train.engine.bf16`` reaches every forward of the update (autocast): the logits
     of the policy and of the frozen reference come out in bf16 with it, fp32 without."""
