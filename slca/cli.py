@@ -31,6 +31,14 @@ app = typer.Typer(
 _state = {"debug": False}
 
 ParamsFile = Annotated[Path, typer.Option("--params", help="The params file.")]
+Overwrite = Annotated[
+    bool,
+    typer.Option(
+        "--overwrite",
+        help="Let an RL run replace another configuration's checkpoints and output "
+        "(refused otherwise).",
+    ),
+]
 Overrides = Annotated[
     list[str] | None,
     typer.Option(
@@ -72,7 +80,7 @@ def _run(call: Any, hint: str) -> Any:
         _quiet_prefect_tracebacks()
     try:
         return call()
-    except (ConfigError, ValueError, FileNotFoundError, RuntimeError, TypeError) as exc:
+    except (ConfigError, ValueError, OSError, RuntimeError, TypeError) as exc:
         if _state["debug"]:
             raise
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -88,13 +96,15 @@ def _overrides(items: list[str] | None) -> dict[str, Any]:
 
 
 @app.command()
-def run(params: ParamsFile = Path("params.yaml"), set_: Overrides = None) -> None:
+def run(
+    params: ParamsFile = Path("params.yaml"), set_: Overrides = None, overwrite: Overwrite = False
+) -> None:
     """The whole pipeline: data, simulator check, SFT, a GRPO and an SLCA run, their
     evaluation and the comparison report."""
     from flows.pipeline import pipeline
 
     runs = _run(
-        lambda: pipeline(params_file=params, overrides=_overrides(set_)),
+        lambda: pipeline(params_file=params, overrides=_overrides(set_), overwrite=overwrite),
         "check the params file and `make data` / `make test` output",
     )
     report = Path(runs.pop("report"))
@@ -122,6 +132,7 @@ def train(
     params: ParamsFile = Path("params.yaml"),
     set_: Overrides = None,
     estimator: Annotated[str | None, typer.Option(help="grpo, dr_grpo, slca, toolpo, rltr")] = None,
+    overwrite: Overwrite = False,
 ) -> None:
     """One RL run from the SFT checkpoint (resumes an interrupted run with the same settings)."""
     from flows.params import read_document
@@ -131,7 +142,9 @@ def train(
     def go() -> str:  # settings are checked before any flow run starts
         overrides = _overrides(set_)
         train_config(read_document(params, overrides), params, estimator)
-        return train_flow(params_file=params, overrides=overrides, estimator=estimator)
+        return train_flow(
+            params_file=params, overrides=overrides, estimator=estimator, overwrite=overwrite
+        )
 
     run_id = _run(go, "the SFT checkpoint comes from `slca run` or `dvc repro sft`")
     typer.echo(f"MLflow run {run_id}; compare runs: slca ui")

@@ -8,7 +8,9 @@ renamed, so a failed step leaves the previous output intact.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -293,17 +295,67 @@ def run_train(
     config: TrainConfig,
     *,
     resume: bool = False,
+    overwrite: bool = False,
     progress: Any = None,
     data_hashes: dict[str, str] | None = None,
 ) -> str:
     """The RL stage: policy and frozen reference from ``init_dir``, MLflow tracking,
-    checkpoints; ``resume`` continues the newest checkpoint and its MLflow run.
-    Writes the final policy to ``out_dir`` and returns the MLflow run id."""
+    checkpoints; ``resume`` continues the run whose checkpoints are in the checkpoint
+    directory (refusing another run's); ``overwrite`` lets the run replace another run's
+    checkpoints and output. Writes the final policy to ``out_dir`` and returns the MLflow
+    run id."""
     with training_session(
-        config, resume=resume, progress=progress, data_hashes=data_hashes
+        config, resume=resume, overwrite=overwrite, progress=progress, data_hashes=data_hashes
     ) as trainer:
         trainer.run()
     return trainer.state.run_id
+
+
+def checkpoint_path(config: TrainConfig) -> Path:
+    """``train.checkpoint_dir`` with ``{fingerprint}`` filled in."""
+    from slca.training.identity import config_fingerprint
+
+    text = config.checkpoint_dir
+    if "{fingerprint}" in text:
+        text = text.replace("{fingerprint}", config_fingerprint(config))
+    return Path(text)
+
+
+def _usable_directory(key: str, path: Path) -> None:
+    """Create ``path`` (a directory a run writes into), or say which setting is wrong."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"train.{key}: {path}: cannot create the directory ({exc.strerror or exc})"
+        ) from None
+
+
+def checked_train_tasks(tasks: list[Any], in_dir: str | Path) -> list[Any]:
+    """The tasks, refused when two share an id (rewards look tasks up by id: a rollout of
+    one would be scored against another) or a tool schema is not a valid JSON Schema;
+    validation gates this too, but a run must not depend on it having run."""
+    from collections import Counter
+
+    from slca.data.checks import schema_problems
+
+    if not tasks:
+        raise FileNotFoundError(
+            f"train: {in_dir}: no train task (train.parquet missing or empty); "
+            "run the prepare and validate stages"
+        )
+    repeated = sorted(i for i, n in Counter(t.id for t in tasks).items() if n > 1)
+    if repeated:
+        raise ValueError(
+            f"train: {in_dir}: {len(repeated)} task id(s) appear more than once, e.g. "
+            f"{repeated[:3]}; run the validate stage"
+        )
+    for task in tasks:
+        problems = schema_problems([t.model_dump() for t in task.tools])
+        if problems:
+            field, message = problems[0]
+            raise ValueError(f"train: {in_dir}: task {task.id!r}: {field}: {message}")
+    return tasks
 
 
 @contextmanager
@@ -311,55 +363,110 @@ def training_session(
     config: TrainConfig,
     *,
     resume: bool = False,
+    overwrite: bool = False,
     progress: Any = None,
     data_hashes: dict[str, str] | None = None,
 ) -> Iterator[Any]:
     """A ready :class:`~slca.training.rl.Trainer` (restored from the newest checkpoint
-    when ``resume``) inside its MLflow run. Run its steps, whole or phase by phase; on a
+    when it resumes) inside its MLflow run. Run its steps, whole or phase by phase; on a
     normal exit the final policy goes to ``out_dir`` (written then renamed), the model
-    and the learning curves to MLflow. An exception leaves checkpoints for a resume."""
-    from slca.modeling import load_causal_lm
+    and the learning curves to MLflow. An exception leaves checkpoints for a resume.
+
+    In order, so that nothing is lost to a typo, a crash or a second run: the output
+    directories must be creatable; the checkpoint directory and ``out_dir`` are locked
+    (a second run is refused at once, naming the holder); the inputs load (tokenizer,
+    tasks); the start is planned against the checkpoint directory's run identity
+    (:func:`slca.training.identity.plan_start`: continue its run, start fresh, or refuse
+    naming both runs) and against ``out_dir``; the model loads; only then are replaced
+    checkpoints removed. A resumed run continues its own MLflow run (its fingerprint
+    tags must match) and uploads again the checkpoints whose upload was cut short."""
+    from slca.locks import ExclusiveLock
+    from slca.modeling import load_causal_lm, load_tokenizer, resolve_model_source
     from slca.rollout.engines import HFEngine
     from slca.simulator import Simulator
     from slca.tracking import Tracker, write_curves
+    from slca.training import identity as ids
     from slca.training.engines import build_engine
-    from slca.training.rl import Trainer, latest_checkpoint, read_client_state
+    from slca.training.rl import Trainer, complete_checkpoints
 
-    # an absolute path: a relative one ("models/sft") reads as a Hub repo id to
-    # mlflow.transformers, which then spends a minute retrying the network for its card
-    init_dir = Path(config.init_dir).resolve()
-    model, tokenizer = load_causal_lm(init_dir, dtype="float32")
-    reference = None
-    if config.algorithm.loss.kl_coef > 0:
-        reference, _ = load_causal_lm(init_dir, dtype="float32")
-        reference.requires_grad_(False)
-    tasks = io.load_train_set(config.in_dir)
-    if config.sources is not None:
-        tasks = [t for t in tasks if t.source in config.sources]
-        if not tasks:
-            raise ValueError(f"train: no train task from train.sources={config.sources}")
-    tasks = fitting_tasks(
-        tasks,
-        tokenizer,
-        config.rollout.max_total_tokens - config.rollout.max_new_tokens,
-    )
-    validation = validation_tasks(config, tokenizer)
-    update = build_engine(model, config.engine)
-    if config.rollout.engine == "vllm":
-        from slca.rollout.vllm_engine import VLLMEngine
-
-        rollout_engine = VLLMEngine(config.init_dir, stop_token_ids=[tokenizer.eos_token_id])
-    else:
-        rollout_engine = HFEngine(
-            update.module, tokenizer, batch_size=config.rollout.generation_batch_size
+    checkpoint_dir = checkpoint_path(config)
+    out_dir = Path(config.out_dir)
+    _usable_directory("checkpoint_dir", checkpoint_dir)
+    _usable_directory("out_dir", out_dir.parent)
+    if "MLFLOW_TRACKING_URI" not in os.environ:
+        _usable_directory("tracking_dir", Path(config.tracking_dir))
+    checkpoint_lock = checkpoint_dir / ids.LOCK_FILE
+    out_lock = out_dir.parent / f".{out_dir.name}.lock"  # out_dir itself is renamed over
+    with (
+        ExclusiveLock(checkpoint_lock, what=f"train.checkpoint_dir {checkpoint_dir}"),
+        ExclusiveLock(out_lock, what=f"train.out_dir {out_dir}"),
+        Tracker(config.tracking_dir, experiment=config.experiment).lock() as tracker,
+    ):
+        # an absolute path: a relative one ("models/sft") reads as a Hub repo id to
+        # mlflow.transformers, which then spends a minute retrying the network for its card
+        source = resolve_model_source(Path(config.init_dir).resolve())
+        tokenizer = load_tokenizer(source)
+        if tokenizer.pad_token_id is None and tokenizer.eos_token_id is not None:
+            tokenizer.pad_token = tokenizer.eos_token
+        tasks = checked_train_tasks(io.load_train_set(config.in_dir), config.in_dir)
+        if config.sources is not None:
+            tasks = [t for t in tasks if t.source in config.sources]
+            if not tasks:
+                raise ValueError(f"train: no train task from train.sources={config.sources}")
+        tasks = fitting_tasks(
+            tasks,
+            tokenizer,
+            config.rollout.max_total_tokens - config.rollout.max_new_tokens,
         )
-    checkpoint = latest_checkpoint(config.checkpoint_dir) if resume else None
-    run_id = read_client_state(checkpoint).get("run_id") if checkpoint else None
-    with Tracker(config.tracking_dir, experiment=config.experiment) as tracker:
+        validation = validation_tasks(config, tokenizer)
+        ours = ids.identity_of(config, ids.rows_hash(tasks))
+        action, previous = ids.plan_start(checkpoint_dir, ours, resume=resume, overwrite=overwrite)
+        run_id = previous.run_id if action == "resume" else None
+        ids.check_output(
+            out_dir,
+            dataclasses.replace(ours, run_id=run_id),
+            overwrite=overwrite,
+            run_file=RUN_FILE,
+        )
+        model, tokenizer = load_causal_lm(source, dtype="float32")
+        reference = None
+        if config.algorithm.loss.kl_coef > 0:
+            reference, _ = load_causal_lm(source, dtype="float32")
+            reference.requires_grad_(False)
+        update = build_engine(model, config.engine)
+        if config.rollout.engine == "vllm":
+            from slca.rollout.vllm_engine import VLLMEngine
+
+            rollout_engine = VLLMEngine(
+                str(source.directory), stop_token_ids=[tokenizer.eos_token_id]
+            )
+        else:
+            rollout_engine = HFEngine(
+                update.module, tokenizer, batch_size=config.rollout.generation_batch_size
+            )
+        if action == "replace":  # the inputs loaded: now the old checkpoints may go
+            ids.remove_checkpoints(checkpoint_dir)
+        hashes = {**(data_hashes or {}), "tasks.train": ours.data_hash}
+        if validation:
+            hashes["tasks.validation"] = ids.rows_hash(validation)
+        tags = {
+            "slca.fingerprint": ours.fingerprint,
+            "slca.data_hash": ours.data_hash,
+            "slca.estimator": ours.estimator,
+        }
         tracker.start(
-            run_name=config.run_name or config.algorithm.advantage.estimator, resume_run_id=run_id
+            run_name=config.run_name or config.algorithm.advantage.estimator,
+            resume_run_id=run_id,
+            tags=tags,
         )
-        tracker.log_params(config.model_dump(mode="json"), data_hashes=data_hashes)
+        ours = dataclasses.replace(
+            ours,
+            run_id=tracker.run_id,
+            experiment=config.experiment,
+            tracking_uri=tracker.tracking_uri,
+        )
+        ids.write_identity(checkpoint_dir, ours)
+        tracker.log_params(config.model_dump(mode="json"), data_hashes=hashes)
         trainer = Trainer(
             config,
             tasks=tasks,
@@ -367,28 +474,40 @@ def training_session(
             update=update,
             rollout_engine=rollout_engine,
             simulator=Simulator(),
-            checkpoint_dir=config.checkpoint_dir,
+            checkpoint_dir=checkpoint_dir,
             reference=reference,
             tracker=tracker,
             progress=progress,
             run_id=tracker.run_id,
             validation_tasks=validation,
         )
-        if checkpoint is not None:
+        if action == "resume":
             trainer.restore()
+            trainer.state.run_id = tracker.run_id
+            for path in complete_checkpoints(checkpoint_dir):  # uploads cut short
+                tracker.log_checkpoint(path, int(path.name.split("_")[1]))
         yield trainer
         if not trainer.done:
             raise RuntimeError(
                 f"train: the session ended at step {trainer.state.step} of {config.steps}"
             )
-        with io.atomic_dir(config.out_dir) as tmp:
+        ids.check_output(out_dir, ours, overwrite=overwrite, run_file=RUN_FILE)
+        with io.atomic_dir(out_dir) as tmp:
             update.module.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
-            run = {"run_id": tracker.run_id, "experiment": config.experiment}
+            run = {
+                "run_id": tracker.run_id,
+                "experiment": config.experiment,
+                "estimator": ours.estimator,
+                "fingerprint": ours.fingerprint,
+                "data_hash": ours.data_hash,
+                "steps": config.steps,
+            }
             (Path(tmp) / RUN_FILE).write_text(json.dumps(run, indent=2) + "\n")
         tracker.log_model(update.module, tokenizer)
         if config.curve_path is not None:
             write_curves(tracker.run_id, config.curve_path, tracking_uri=tracker.tracking_uri)
+        ids.write_identity(checkpoint_dir, ids.completed(ours))
 
 
 def validation_tasks(config: TrainConfig, tokenizer: Any) -> list[Any]:
@@ -434,11 +553,13 @@ def fitting_tasks(tasks: list[Any], tokenizer: Any, max_prompt_tokens: int) -> l
 
 
 def data_hashes(in_dir: str | Path) -> dict[str, str]:
-    """The manifest's content hashes per split, for the run's params."""
+    """The manifest's content hashes per split (``manifest.<split>``), for the run's
+    params; the run adds ``tasks.train``, the hash of the rows it trains on."""
     manifest = Path(in_dir) / "manifest.json"
     if not manifest.exists():
         return {}
-    return {f"tasks.{k}": v for k, v in json.loads(manifest.read_text())["content_sha256"].items()}
+    hashes = json.loads(manifest.read_text())["content_sha256"]
+    return {f"manifest.{k}": v for k, v in hashes.items()}
 
 
 def progress_bar(desc: str, total: int | None = None) -> Any:
@@ -446,9 +567,12 @@ def progress_bar(desc: str, total: int | None = None) -> Any:
     step count, and the loss (SFT) or the tool and summary rewards (RL)."""
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=total, desc=desc, unit="step")
+    bars: list[Any] = []  # drawn at the first step: a run refused at its start prints one line
 
     def update(step: int, figures: Any) -> None:
+        if not bars:
+            bars.append(tqdm(total=total, desc=desc, unit="step"))
+        bar = bars[0]
         if isinstance(figures, dict):
             shown = {k.split("/")[-1]: f"{figures[k]:.3f}" for k in ("reward/tool", "reward/sum")}
             bar.set_postfix(shown, refresh=False)
@@ -465,7 +589,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("step", choices=["base_model", "sft", "summary_rm", "train"])
     parser.add_argument("--params", default="params.yaml")
-    parser.add_argument("--resume", action="store_true", help="train: continue the last run")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="train: continue the run whose checkpoints are in train.checkpoint_dir "
+        "(refused for another configuration's)",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="train: replace another run's checkpoints and output (after the inputs load)",
+    )
     add_override_option(parser, "train.steps=4")
     args = parser.parse_args(argv)
     try:
@@ -483,8 +617,16 @@ def main(argv: list[str] | None = None) -> int:
             config = load_section(args.params, "train", TrainConfig, overrides)
             hashes = data_hashes(config.in_dir)
             bar = progress_bar(f"train {config.estimator}", total=config.steps)
-            print(run_train(config, resume=args.resume, progress=bar, data_hashes=hashes))
-    except (ConfigError, ValueError, FileNotFoundError) as exc:
+            print(
+                run_train(
+                    config,
+                    resume=args.resume,
+                    overwrite=args.overwrite,
+                    progress=bar,
+                    data_hashes=hashes,
+                )
+            )
+    except (ConfigError, ValueError, OSError) as exc:
         print(f"{args.step} failed: {exc}", file=sys.stderr)
         return 1
     return 0
