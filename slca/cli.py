@@ -10,18 +10,21 @@ Errors print one line plus a hint; ``--debug`` shows the traceback.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from slca.config import ConfigError, parse_override
+from slca.processes import die_with_parent, supervised
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -47,9 +50,15 @@ Overrides = Annotated[
 ]
 
 
+def _stop_on_sigterm(signum: int, frame: Any) -> None:
+    # as Ctrl-C: `finally` blocks stop the servers, the MLflow run ends KILLED
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 @app.callback()
 def main(debug: Annotated[bool, typer.Option(help="Show tracebacks on errors.")] = False) -> None:
     _state["debug"] = debug
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     # a first ephemeral start creates Prefect's database (migrations): more than
     # Prefect's default 20 s on a busy 2-core machine
@@ -75,11 +84,48 @@ def _quiet_prefect_tracebacks() -> None:
             handler.addFilter(_NoTraceback())
 
 
+@contextlib.contextmanager
+def prefect_server() -> Iterator[None]:
+    """Prefect's ephemeral API server for this process's flows (unless
+    ``PREFECT_API_URL`` names a server): the same server Prefect would start on its own
+    (``SubprocessASGIServer``: its command, port search and health wait), but with a
+    parent-death signal, so it never outlives this process, kill -9 included; stopped
+    when the block ends."""
+    if os.environ.get("PREFECT_API_URL"):
+        yield
+        return
+    from prefect.server.api import server as prefect_server_module
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    class _Popen(subprocess.Popen):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs.setdefault("preexec_fn", die_with_parent())
+            super().__init__(*args, **kwargs)
+
+    class _Server(prefect_server_module.SubprocessASGIServer):
+        def _run_uvicorn_command(self) -> subprocess.Popen:
+            popen = prefect_server_module.subprocess.Popen
+            prefect_server_module.subprocess.Popen = _Popen  # only for this one call
+            try:
+                return super()._run_uvicorn_command()
+            finally:
+                prefect_server_module.subprocess.Popen = popen
+
+    server = _Server()
+    server.start()
+    try:
+        with temporary_settings({PREFECT_API_URL: server.api_url}):
+            yield
+    finally:
+        server.stop()
+
+
 def _run(call: Any, hint: str) -> Any:
     if not _state["debug"]:
         _quiet_prefect_tracebacks()
     try:
-        return call()
+        with prefect_server():
+            return call()
     except (ConfigError, ValueError, OSError, RuntimeError, TypeError) as exc:
         if _state["debug"]:
             raise
@@ -208,31 +254,40 @@ def ui(
         os.environ, PREFECT_SERVER_ANALYTICS_ENABLED="false", MLFLOW_DISABLE_TELEMETRY="true"
     )
     bin_dir = Path(sys.executable).parent
+    from slca.tracking import ensure_store, sqlite_uri
+
+    ensure_store(sqlite_uri(tracking_dir))  # created (migrated) under the store's lock
+    # Each server runs under a supervisor in its own process group: the group (workers
+    # included) stops on SIGTERM/SIGINT of this command and when it dies (kill -9 too).
     servers = [
         subprocess.Popen(
-            [
-                str(bin_dir / "mlflow"),
-                "ui",
-                "--backend-store-uri",
-                f"sqlite:///{db}",
-                "--host",
-                host,
-                "--port",
-                str(mlflow_port),
-            ],
+            supervised(
+                [
+                    str(bin_dir / "mlflow"),
+                    "ui",
+                    "--backend-store-uri",
+                    f"sqlite:///{db}",
+                    "--host",
+                    host,
+                    "--port",
+                    str(mlflow_port),
+                ]
+            ),
             env=env,
             start_new_session=True,
         ),
         subprocess.Popen(
-            [
-                str(bin_dir / "prefect"),
-                "server",
-                "start",
-                "--host",
-                host,
-                "--port",
-                str(prefect_port),
-            ],
+            supervised(
+                [
+                    str(bin_dir / "prefect"),
+                    "server",
+                    "start",
+                    "--host",
+                    host,
+                    "--port",
+                    str(prefect_port),
+                ]
+            ),
             env=env,
             start_new_session=True,
         ),

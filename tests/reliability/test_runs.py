@@ -226,3 +226,27 @@ def test_a_cut_short_checkpoint_upload_is_ignored_then_uploaded_again(
         2,
         3,
     ]
+
+
+@pytest.mark.slow
+def test_a_typo_in_a_flow_rerun_deletes_no_checkpoint(
+    prefect_harness, settings, workspace, tmp_path
+):
+    """The flow's planning used to remove "checkpoints of another configuration" before
+    the run had loaded anything: a mistyped init_dir emptied the directory, then failed."""
+    import yaml
+
+    from flows.train import train
+
+    params = tmp_path / "params.yaml"
+    validate = {"in_dir": str(workspace / "data/tasks"), "report_dir": str(tmp_path / "val")}
+    params.write_text(yaml.safe_dump({"train": settings(steps=2), "validate": validate}))
+    state = tmp_path / "state"
+    train(params_file=params, state_dir=state, estimator="grpo")
+    ckpt = tmp_path / "ckpt/grpo"
+    kept = {p.name: p.stat().st_mtime_ns for p in ckpt.iterdir()}
+    assert "step_000002" in kept
+    typo = {"train.init_dir": str(workspace / "models/sftt")}
+    with pytest.raises(FileNotFoundError, match="sftt"):
+        train(params_file=params, overrides=typo, state_dir=state, estimator="grpo")
+    assert {p.name: p.stat().st_mtime_ns for p in ckpt.iterdir()} == kept
