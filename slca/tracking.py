@@ -277,7 +277,6 @@ def log_evaluation(
             return tracker.run_id
     tracker = Tracker(directory, experiment=experiment, tracking_uri=tracking_uri)
     with tracker._writer or contextlib.nullcontext():  # one writer per store
-        ensure_store(tracker.tracking_uri)
         try:
             run = tracker.client.get_run(run_id)
         except MlflowException as exc:
@@ -350,8 +349,10 @@ CREATE_LOCK = ".slca-create.lock"
 
 
 def ensure_store(tracking_uri: str) -> None:
-    """Create a SQLite store's database (MLflow runs its migrations on first use) under
-    a lock, so two processes starting on a new store at once never both migrate it."""
+    """Create a SQLite store's database under a lock, so two processes starting on a new
+    store at once never both migrate it: constructing an ``MlflowClient`` creates and
+    migrates the database, so every client slca makes on a store it may be the first to
+    open comes after this."""
     db = _sqlite_path(tracking_uri)
     if db is None:
         return
@@ -421,6 +422,7 @@ class Tracker:
             self._writer = ExclusiveLock(db.parent / WRITER_LOCK, what=f"MLflow store {db}")
         else:  # a tracking server serialises its writers itself
             self.artifact_location = None
+        ensure_store(self.tracking_uri)  # a client creates (migrates) the store at once
         self.client = MlflowClient(tracking_uri=self.tracking_uri)
         self.run_id: str | None = None
         self.experiment_id: str | None = None
@@ -507,7 +509,6 @@ class Tracker:
     def _start(
         self, run_name: str | None, resume_run_id: str | None, tags: Mapping[str, str] | None
     ) -> Tracker:
-        ensure_store(self.tracking_uri)
         self.experiment_id = self._experiment()
         # mlflow.set_tracking_uri also exports MLFLOW_TRACKING_URI; remember the user's
         # value so end() can put it back and a later Tracker honours its own directory.
