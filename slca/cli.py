@@ -87,22 +87,28 @@ def _quiet_prefect_tracebacks() -> None:
 @contextlib.contextmanager
 def prefect_server() -> Iterator[None]:
     """Prefect's ephemeral API server for this process's flows (unless
-    ``PREFECT_API_URL`` names a server): the same server Prefect would start on its own
-    (``SubprocessASGIServer``: its command, port search and health wait), but with a
-    parent-death signal, so it never outlives this process, kill -9 included; stopped
-    when the block ends."""
+    ``PREFECT_API_URL`` names a server) with a parent-death signal, so it never outlives
+    this process, kill -9 included; stopped when the block ends.
+
+    It is Prefect's own ``SubprocessASGIServer`` (its command, port search and health
+    wait), registered where Prefect looks for its ephemeral server (as Prefect's test
+    harness does), so it still starts only when a flow first needs it."""
     if os.environ.get("PREFECT_API_URL"):
         yield
         return
     from prefect.server.api import server as prefect_server_module
-    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    base = prefect_server_module.SubprocessASGIServer
+    if None in base._instances:  # one is registered already (e.g. a test harness)
+        yield
+        return
 
     class _Popen(subprocess.Popen):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             kwargs.setdefault("preexec_fn", die_with_parent())
             super().__init__(*args, **kwargs)
 
-    class _Server(prefect_server_module.SubprocessASGIServer):
+    class _Server(base):
         def _run_uvicorn_command(self) -> subprocess.Popen:
             popen = prefect_server_module.subprocess.Popen
             prefect_server_module.subprocess.Popen = _Popen  # only for this one call
@@ -111,13 +117,12 @@ def prefect_server() -> Iterator[None]:
             finally:
                 prefect_server_module.subprocess.Popen = popen
 
-    server = _Server()
-    server.start()
+    server = _Server()  # registered under the key Prefect's SubprocessASGIServer() uses
     try:
-        with temporary_settings({PREFECT_API_URL: server.api_url}):
-            yield
+        yield
     finally:
         server.stop()
+        base._instances.pop(None, None)
 
 
 def _run(call: Any, hint: str) -> Any:
