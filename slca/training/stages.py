@@ -437,9 +437,7 @@ def training_session(
         if config.rollout.engine == "vllm":
             from slca.rollout.vllm_engine import VLLMEngine
 
-            rollout_engine = VLLMEngine(
-                str(source.directory), stop_token_ids=[tokenizer.eos_token_id]
-            )
+            rollout_engine = VLLMEngine(config.init_dir, stop_token_ids=[tokenizer.eos_token_id])
         else:
             rollout_engine = HFEngine(
                 update.module, tokenizer, batch_size=config.rollout.generation_batch_size
