@@ -1,4 +1,4 @@
-"""Issue 16, crash safety: kill -9 at random points of training, half of them in the
+"""Issue 16, crash safety: kill -9 at random points of training, a third of them in the
 middle of a checkpoint upload, each followed by ``--resume``.
 
 After every kill, no MLflow checkpoint folder marked complete lacks a file; at the end
@@ -7,7 +7,10 @@ every checkpoint uploaded and marked, and the latest local checkpoint complete.
 
 CI runs ``SLCA_KILL_CYCLES`` cycles (default 3); the recorded 20-cycle run is::
 
-    SLCA_KILL_CYCLES=20 .venv/bin/python -m pytest -q tests/reliability/test_crash_resume.py
+    SLCA_KILL_CYCLES=20 .venv/bin/python -m pytest -q -s tests/reliability/test_crash_resume.py
+
+A third of the kills land in the middle of a checkpoint upload, a third a random 0-6 s
+into training (after its first upload), a third a random 1-40 s after launch.
 """
 
 from __future__ import annotations
@@ -32,8 +35,8 @@ mlflow = pytest.importorskip("mlflow")
 pytestmark = pytest.mark.slow
 
 DRIVER = Path(__file__).with_name("train_driver.py")
-STEPS = 5
 CYCLES = int(os.environ.get("SLCA_KILL_CYCLES", "3"))
+STEPS = int(os.environ.get("SLCA_KILL_STEPS", "5"))
 METRICS = ("reward/tool", "reward/sum", "actor/pg_loss", "perf/step_s", "sim/invalid_rate")
 
 
@@ -97,18 +100,21 @@ def test_repeated_kill_minus_nine_and_resume_lose_and_duplicate_nothing(settings
     checkpoint_dir = tmp_path / "ckpt/slca"
     client = mlflow.tracking.MlflowClient(f"sqlite:///{tmp_path / 'mlflow/mlflow.db'}")
     rng = random.Random(16)
-    kills = {"upload": 0, "random": 0}
+    kills = {"upload": 0, "training": 0, "anywhere": 0}
     for cycle in range(CYCLES):
         run = Run(params, env)
-        if cycle % 2 == 0:  # in the middle of a checkpoint upload
+        mode = ("upload", "training", "anywhere")[cycle % 3]
+        if mode == "upload":  # in the middle of a checkpoint upload
             if run.wait_for("UPLOAD checkpoints/", timeout=600):
                 time.sleep(rng.uniform(0.0, 1.0))
-                kills["upload"] += run.process.poll() is None
-        else:  # anywhere: start-up, rollout, update, logging, a checkpoint
-            deadline = time.monotonic() + rng.uniform(2.0, 40.0)
+        elif mode == "training":  # once steps run: rollout, update, logging, checkpoint
+            if run.wait_for("UPLOAD", timeout=600):
+                time.sleep(rng.uniform(0.0, 6.0))
+        else:  # anywhere, start-up included
+            deadline = time.monotonic() + rng.uniform(1.0, 40.0)
             while time.monotonic() < deadline and run.process.poll() is None:
                 time.sleep(0.1)
-            kills["random"] += run.process.poll() is None
+        kills[mode] += run.process.poll() is None
         run.kill()
         if run.process.returncode == 0:
             break  # it finished before the kill: nothing left to resume
