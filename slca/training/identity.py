@@ -12,8 +12,8 @@ The config fingerprint covers what makes two runs the same experiment: the estim
 algorithm, rewards, sampling, optimizer, seed, init model and data paths. It leaves out
 what may change on a resume without making it another run (:data:`NOT_IDENTITY`): the
 step count (a resume may train further), where outputs go, how often to checkpoint or
-validate, the other arm's estimator (``baseline``), and memory knobs (lower ``update.micro_batch_size`` after running out of
-memory and resume).
+validate, the other arm's estimator (``baseline``), and memory knobs (lower
+``update.micro_batch_size`` after running out of memory and resume).
 """
 
 from __future__ import annotations
