@@ -30,9 +30,11 @@ def pipeline(
     overrides: dict[str, Any] | None = None,
     state_dir: Path = DEFAULT_STATE_DIR,
     estimators: Annotated[tuple[Estimator, ...], Field(min_length=1)] = ("grpo", "slca"),
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Every step on ``params_file``; returns the MLflow run id per estimator and the
-    report's path (``report``).
+    report's path (``report``). ``overwrite`` lets an RL run replace another
+    configuration's checkpoints and output (else such a run is refused).
 
     Every section is validated before the first step runs, so a bad RL setting fails in
     seconds, not after data preparation and SFT.
@@ -57,7 +59,7 @@ def pipeline(
     data(**shared)
     simulator_check(**shared)
     sft(**shared)
-    runs: dict[str, Any] = {e: train(**shared, estimator=e) for e in configs}
+    runs: dict[str, Any] = {e: train(**shared, estimator=e, overwrite=overwrite) for e in configs}
     models = {"sft": Path(sft_dir), **{e: Path(c.out_dir) for e, c in configs.items()}}
     runs["report"] = evaluate(**shared, models=models)
     return runs

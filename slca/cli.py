@@ -10,18 +10,21 @@ Errors print one line plus a hint; ``--debug`` shows the traceback.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from slca.config import ConfigError, parse_override
+from slca.processes import die_with_parent, supervised
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -31,6 +34,14 @@ app = typer.Typer(
 _state = {"debug": False}
 
 ParamsFile = Annotated[Path, typer.Option("--params", help="The params file.")]
+Overwrite = Annotated[
+    bool,
+    typer.Option(
+        "--overwrite",
+        help="Let an RL run replace another configuration's checkpoints and output "
+        "(refused otherwise).",
+    ),
+]
 Overrides = Annotated[
     list[str] | None,
     typer.Option(
@@ -39,9 +50,15 @@ Overrides = Annotated[
 ]
 
 
+def _stop_on_sigterm(signum: int, frame: Any) -> None:
+    # as Ctrl-C: `finally` blocks stop the servers, the MLflow run ends KILLED
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 @app.callback()
 def main(debug: Annotated[bool, typer.Option(help="Show tracebacks on errors.")] = False) -> None:
     _state["debug"] = debug
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     # a first ephemeral start creates Prefect's database (migrations): more than
     # Prefect's default 20 s on a busy 2-core machine
@@ -67,12 +84,54 @@ def _quiet_prefect_tracebacks() -> None:
             handler.addFilter(_NoTraceback())
 
 
+@contextlib.contextmanager
+def prefect_server() -> Iterator[None]:
+    """Prefect's ephemeral API server for this process's flows (unless
+    ``PREFECT_API_URL`` names a server) with a parent-death signal, so it never outlives
+    this process, kill -9 included; stopped when the block ends.
+
+    It is Prefect's own ``SubprocessASGIServer`` (its command, port search and health
+    wait), registered where Prefect looks for its ephemeral server (as Prefect's test
+    harness does), so it still starts only when a flow first needs it."""
+    if os.environ.get("PREFECT_API_URL"):
+        yield
+        return
+    from prefect.server.api import server as prefect_server_module
+
+    base = prefect_server_module.SubprocessASGIServer
+    if None in base._instances:  # one is registered already (e.g. a test harness)
+        yield
+        return
+
+    class _Popen(subprocess.Popen):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs.setdefault("preexec_fn", die_with_parent())
+            super().__init__(*args, **kwargs)
+
+    class _Server(base):
+        def _run_uvicorn_command(self) -> subprocess.Popen:
+            popen = prefect_server_module.subprocess.Popen
+            prefect_server_module.subprocess.Popen = _Popen  # only for this one call
+            try:
+                return super()._run_uvicorn_command()
+            finally:
+                prefect_server_module.subprocess.Popen = popen
+
+    server = _Server()  # registered under the key Prefect's SubprocessASGIServer() uses
+    try:
+        yield
+    finally:
+        server.stop()
+        base._instances.pop(None, None)
+
+
 def _run(call: Any, hint: str) -> Any:
     if not _state["debug"]:
         _quiet_prefect_tracebacks()
     try:
-        return call()
-    except (ConfigError, ValueError, FileNotFoundError, RuntimeError, TypeError) as exc:
+        with prefect_server():
+            return call()
+    except (ConfigError, ValueError, OSError, RuntimeError, TypeError) as exc:
         if _state["debug"]:
             raise
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -88,13 +147,15 @@ def _overrides(items: list[str] | None) -> dict[str, Any]:
 
 
 @app.command()
-def run(params: ParamsFile = Path("params.yaml"), set_: Overrides = None) -> None:
+def run(
+    params: ParamsFile = Path("params.yaml"), set_: Overrides = None, overwrite: Overwrite = False
+) -> None:
     """The whole pipeline: data, simulator check, SFT, a GRPO and an SLCA run, their
     evaluation and the comparison report."""
     from flows.pipeline import pipeline
 
     runs = _run(
-        lambda: pipeline(params_file=params, overrides=_overrides(set_)),
+        lambda: pipeline(params_file=params, overrides=_overrides(set_), overwrite=overwrite),
         "check the params file and `make data` / `make test` output",
     )
     report = Path(runs.pop("report"))
@@ -122,6 +183,7 @@ def train(
     params: ParamsFile = Path("params.yaml"),
     set_: Overrides = None,
     estimator: Annotated[str | None, typer.Option(help="grpo, dr_grpo, slca, toolpo, rltr")] = None,
+    overwrite: Overwrite = False,
 ) -> None:
     """One RL run from the SFT checkpoint (resumes an interrupted run with the same settings)."""
     from flows.params import read_document
@@ -131,7 +193,9 @@ def train(
     def go() -> str:  # settings are checked before any flow run starts
         overrides = _overrides(set_)
         train_config(read_document(params, overrides), params, estimator)
-        return train_flow(params_file=params, overrides=overrides, estimator=estimator)
+        return train_flow(
+            params_file=params, overrides=overrides, estimator=estimator, overwrite=overwrite
+        )
 
     run_id = _run(go, "the SFT checkpoint comes from `slca run` or `dvc repro sft`")
     typer.echo(f"MLflow run {run_id}; compare runs: slca ui")
@@ -195,31 +259,40 @@ def ui(
         os.environ, PREFECT_SERVER_ANALYTICS_ENABLED="false", MLFLOW_DISABLE_TELEMETRY="true"
     )
     bin_dir = Path(sys.executable).parent
+    from slca.tracking import ensure_store, sqlite_uri
+
+    ensure_store(sqlite_uri(tracking_dir))  # created (migrated) under the store's lock
+    # Each server runs under a supervisor in its own process group: the group (workers
+    # included) stops on SIGTERM/SIGINT of this command and when it dies (kill -9 too).
     servers = [
         subprocess.Popen(
-            [
-                str(bin_dir / "mlflow"),
-                "ui",
-                "--backend-store-uri",
-                f"sqlite:///{db}",
-                "--host",
-                host,
-                "--port",
-                str(mlflow_port),
-            ],
+            supervised(
+                [
+                    str(bin_dir / "mlflow"),
+                    "ui",
+                    "--backend-store-uri",
+                    f"sqlite:///{db}",
+                    "--host",
+                    host,
+                    "--port",
+                    str(mlflow_port),
+                ]
+            ),
             env=env,
             start_new_session=True,
         ),
         subprocess.Popen(
-            [
-                str(bin_dir / "prefect"),
-                "server",
-                "start",
-                "--host",
-                host,
-                "--port",
-                str(prefect_port),
-            ],
+            supervised(
+                [
+                    str(bin_dir / "prefect"),
+                    "server",
+                    "start",
+                    "--host",
+                    host,
+                    "--port",
+                    str(prefect_port),
+                ]
+            ),
             env=env,
             start_new_session=True,
         ),

@@ -6,17 +6,26 @@ pydantic descriptions, so ``Model.model_json_schema()`` documents params.yaml.
 
 from __future__ import annotations
 
-import argparse
-import copy
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from slca.advantages import TOOL, Numerics, Singleton, available_estimators
 from slca.losses import Aggregation
+
+# The strict params-file loader lives in a torch-free module the data stages share;
+# it is re-exported here, where the stages and flows import it from.
+from slca.paramfile import (
+    SECTIONS,
+    ConfigError,
+    add_override_option,
+    load_section,
+    overrides_of,
+    parse_override,
+    parse_section,
+    read_params,
+)
 from slca.rewards.config import RewardConfig
 from slca.rollout.vllm_engine import VLLMConfig
 from slca.segments import DEFAULT_ROUTING, SegmentMode, validate_routing
@@ -26,7 +35,9 @@ from slca.training.config import EngineConfig
 class StrictModel(BaseModel):
     """Unknown keys are errors (a typo must not silently fall back to a default)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, use_attribute_docstrings=True, allow_inf_nan=False
+    )
 
 
 class SegmentConfig(StrictModel):
@@ -249,85 +260,16 @@ class AlgorithmConfig(StrictModel):
         return self
 
 
-class ConfigError(ValueError):
-    """A config file failed validation; the message names the file, key and constraint."""
-
-
-Model = TypeVar("Model", bound=BaseModel)
-
-
-def read_params(path: str | Path, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The YAML document at ``path`` with dotted ``overrides`` applied
-    (``{"train.steps": 4}``, as DVC's ``-S train.steps=4``)."""
-    path = Path(path)
-    try:
-        document = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: cannot read YAML: {exc}") from exc
-    if not isinstance(document, dict):
-        raise ConfigError(f"{path}: expected a mapping of sections")
-    document = copy.deepcopy(document)
-    for key, value in (overrides or {}).items():
-        *parents, leaf = key.split(".")
-        node = document
-        for part in parents:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"{path}: override {key!r}: {part!r} is not a mapping")
-        node[leaf] = value
-    return document
-
-
-def parse_section(
-    document: Mapping[str, Any], section: str, model: type[Model], path: str | Path
-) -> Model:
-    """Validate ``section`` (dotted names nest) of a params document into ``model``;
-    a missing section gives the defaults; errors name the file, key and constraint."""
-    data: Any = document
-    for part in section.split("."):
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: {section}: expected a mapping at {part!r}")
-        data = data.get(part) or {}
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        lines = [
-            f"{path}: {'.'.join([section, *(str(p) for p in e['loc'])])}: {e['msg']}"
-            for e in exc.errors()
-        ]
-        raise ConfigError("\n".join(lines)) from None
-
-
-def load_section(
-    path: str | Path, section: str, model: type[Model], overrides: Mapping[str, Any] | None = None
-) -> Model:
-    """``section`` of the params file at ``path`` (with ``overrides``) as ``model``."""
-    return parse_section(read_params(path, overrides), section, model, path)
-
-
-def parse_override(text: str) -> tuple[str, Any]:
-    """``"train.steps=4"`` → ``("train.steps", 4)``; the value is read as YAML."""
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise ConfigError(f"override {text!r}: expected key=value (e.g. train.steps=4)")
-    return key.strip(), yaml.safe_load(value)
-
-
-def add_override_option(parser: argparse.ArgumentParser, example: str) -> None:
-    """The stage CLIs' repeatable ``-S/--set KEY=VALUE`` (read with :func:`overrides_of`)."""
-    parser.add_argument(
-        "-S",
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help=f"override a param, as dvc exp run -S ({example}); repeatable",
-    )
-
-
-def overrides_of(args: argparse.Namespace) -> dict[str, Any]:
-    """The ``-S`` overrides of parsed arguments, by dotted key."""
-    return dict(parse_override(text) for text in args.set)
+__all__ = [
+    "SECTIONS",
+    "ConfigError",
+    "add_override_option",
+    "load_section",
+    "overrides_of",
+    "parse_override",
+    "parse_section",
+    "read_params",
+]
 
 
 class RolloutConfig(StrictModel):
@@ -428,10 +370,16 @@ class TrainConfig(StrictModel):
     """Task data (the train split is used)."""
     sources: list[str] | None = None
     """Train only on tasks from these sources (``synth``, ``nestful``, ...); null: all."""
-    out_dir: str = "models/rl"
-    """Final policy, HF format."""
-    checkpoint_dir: str = "checkpoints/rl"
-    """Resumable checkpoints (``step_<k>``)."""
+    out_dir: str = "models/rl/{estimator}"
+    """Final policy, HF format. ``{estimator}`` and ``{run_name}`` are filled in when the
+    config loads, so each run has its own directory; an existing output of another
+    configuration is refused unless ``--overwrite`` is given."""
+    checkpoint_dir: str = "checkpoints/rl/{estimator}"
+    """Resumable checkpoints (``step_<k>``) and the identity of the run writing them
+    (``run.json``); one run at a time (a lock). ``{estimator}`` and ``{run_name}`` are
+    filled in when the config loads; ``{fingerprint}`` (the config fingerprint, see
+    :mod:`slca.training.identity`) when the run starts, giving every configuration its
+    own directory."""
     tracking_dir: str = "mlflow"
     """MLflow SQLite store and artifacts (``MLFLOW_TRACKING_URI`` overrides)."""
     experiment: str = "slca"
@@ -467,6 +415,11 @@ class TrainConfig(StrictModel):
             rewards = _explicit(data.get("rewards") or {})
             if isinstance(rewards, Mapping):
                 data["rewards"] = _apply_profile(dict(rewards), REFERENCE_REWARDS, "rewards")
+        name = data.get("run_name") or chosen
+        for key in ("out_dir", "checkpoint_dir", "curve_path"):
+            value = data.get(key, cls.model_fields[key].default)
+            if isinstance(value, str):
+                data[key] = value.replace("{estimator}", chosen).replace("{run_name}", name)
         return data
 
     @field_validator("baseline")

@@ -210,9 +210,12 @@ def run_suite(
 def _describe(r: Any, id_column: str, max_examples: int) -> str:
     cfg = r.expectation_config
     res = r.result or {}
-    kw = {k: v for k, v in cfg.kwargs.items() if k in ("column", "column_A", "column_B")}
+    shown = ("column", "column_A", "column_B", "row_condition", "min_value", "max_value")
+    kw = {k: v for k, v in cfg.kwargs.items() if k in shown and v is not None}
     if r.exception_info and r.exception_info.get("raised_exception") is not False:
         return f"{cfg.type} {kw}: could not be evaluated: {_exception_message(r.exception_info)}"
+    if "observed_value" in res and "unexpected_count" not in res:  # a table-level check
+        return f"{cfg.type} {kw}: observed {res['observed_value']}"
     ids = [
         x.get(id_column) if isinstance(x, dict) else x
         for x in (res.get("unexpected_index_list") or [])

@@ -22,13 +22,21 @@ THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 RESPONSE_OPEN, RESPONSE_CLOSE = "<tool_response>", "</tool_response>"
 
-# A JSON string that stays on one line (JSON forbids raw newlines in strings).
-# Used to find a closing tag *outside* JSON strings, so a "</tool_call>" inside
-# an argument value does not end the block. Written unrolled to stay linear.
-_JSON_STRING = r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"'
-_CLOSE_OUTSIDE_STRINGS = re.compile(_JSON_STRING + "|" + re.escape(CALL_CLOSE))
+# JSON strings stay on one line (JSON forbids raw newlines in them). A closing tag
+# inside a string does not end a block, and brackets inside one do not nest. Both
+# scans below are linear: every pattern is possessive (no backtracking), and a quote
+# that opens no string is passed over in one step, to the point where its string
+# fails (every quote before that point is an escaped one whose string fails there
+# too), instead of being retried from the next character, which was quadratic.
+_STRING_BODY = re.compile(r'"(?:[^"\\\n]++|\\.)*+')
+"""From an opening quote, as far as a one-line JSON string can run (no closing quote)."""
+_CALL_RUN = re.compile(
+    r'(?:[^"<]++|"(?:[^"\\\n]++|\\.)*+"|<(?!' + re.escape(CALL_CLOSE[1:]) + r"))*+"
+)
+"""Text and whole strings up to a closing tag outside strings or a quote opening none."""
+_DEPTH_RUN = re.compile(r'(?:[^"\[\]{}]++|"(?:[^"\\\n]++|\\.)*+")*+')
+"""Text and whole strings up to a bracket outside strings or a quote opening none."""
 _OPENING = re.compile(re.escape(THINK_OPEN) + "|" + re.escape(CALL_OPEN))
-_JSON_STRING_RE = re.compile(_JSON_STRING)
 _BRACKETS = re.compile(r"[\[\]{}]")
 
 
@@ -99,13 +107,20 @@ def _find_call_close(text: str, start: int) -> int:
     # Looking past at most a few closing tags that sit inside strings keeps lexing
     # linear: without the bound, text like '<tool_call>"</tool_call>"' repeated
     # rescans the rest of the turn for every block.
-    skipped = 0
-    for m in _CLOSE_OUTSIDE_STRINGS.finditer(text, start):
-        if m.group() == CALL_CLOSE:
-            return m.start()
-        skipped += m.group().count(CALL_CLOSE)
-        if skipped >= _MAX_CLOSES_IN_STRINGS:
+    pos, n, in_strings = start, len(text), 0
+    while True:
+        stop = _CALL_RUN.match(text, pos).end()
+        in_strings += text.count(CALL_CLOSE, pos, stop)  # every one there is in a string
+        if in_strings >= _MAX_CLOSES_IN_STRINGS or stop == n:
             break
+        if text.startswith(CALL_CLOSE, stop):
+            return stop
+        # a quote that opens no string: a closing tag before its failure point is outside
+        fails_at = _STRING_BODY.match(text, stop).end()
+        inside = text.find(CALL_CLOSE, stop + 1, fails_at)
+        if inside >= 0:
+            return inside
+        pos = fails_at
     return text.find(CALL_CLOSE, start)
 
 
@@ -117,7 +132,9 @@ class ToolCall:
     arguments: dict[str, Any]
 
 
-ErrorCode = Literal["invalid_json", "bad_shape", "oversize", "too_deep", "unclosed"]
+ErrorCode = Literal[
+    "invalid_json", "bad_shape", "oversize", "too_deep", "unclosed", "invalid_unicode"
+]
 
 
 @dataclass(frozen=True)
@@ -197,11 +214,11 @@ def _parse_block(text: str, region: Region, limits: Limits) -> CallBlock:
         return fail("unclosed", f"{CALL_OPEN} without {CALL_CLOSE}")
     if len(payload) > limits.max_block_chars:
         return fail("oversize", f"call block of {len(payload)} chars > {limits.max_block_chars}")
-    depth = json_depth(payload)
-    if depth > limits.max_json_depth:
+    depth = _depth_over(payload, limits.max_json_depth)
+    if depth:
         return fail("too_deep", f"JSON nested {depth} deep > {limits.max_json_depth}")
     try:
-        value = json.loads(payload, parse_constant=_reject_constant)
+        value = _DECODER.decode(payload)
     except ValueError as exc:  # JSONDecodeError is a ValueError
         return fail("invalid_json", str(exc))
     items = value if isinstance(value, list) else [value]
@@ -212,15 +229,31 @@ def _parse_block(text: str, region: Region, limits: Limits) -> CallBlock:
     calls = []
     for index, item in enumerate(items):
         call = _as_call(item, limits)
+        where = f"call {index}: " if isinstance(value, list) else ""
         if isinstance(call, str):
-            where = f"call {index}: " if isinstance(value, list) else ""
             return fail("bad_shape", where + call)
+        bad = _not_unicode(call.arguments, "arguments") or _not_unicode(call.name, "name")
+        if bad is not None:
+            # e.g. "\ud800": JSON accepts the escape, UTF-8 cannot encode the result
+            return fail("invalid_unicode", f"{where}{bad} holds a lone surrogate")
         calls.append(call)
     return CallBlock(region.start, region.end, calls=tuple(calls))
 
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
+def _depth_over(payload: str, limit: int) -> int:
+    """``json_depth(payload)`` when it exceeds ``limit``, else 0 (without scanning when
+    too few brackets open to get there)."""
+    if payload.count("[") + payload.count("{") <= limit:
+        return 0
+    depth = json_depth(payload)
+    return depth if depth > limit else 0
 
 
 def _as_call(item: Any, limits: Limits) -> ToolCall | str:
@@ -233,10 +266,10 @@ def _as_call(item: Any, limits: Limits) -> ToolCall | str:
     arguments = item.get("arguments", {})
     if isinstance(arguments, str):
         # OpenAI-style serialised arguments; accepted when they decode to an object.
-        if json_depth(arguments) > limits.max_json_depth:
+        if _depth_over(arguments, limits.max_json_depth):
             return f"'arguments' string nests deeper than {limits.max_json_depth}"
         try:
-            arguments = json.loads(arguments, parse_constant=_reject_constant)
+            arguments = _DECODER.decode(arguments)
         except ValueError:
             return "'arguments' is a string that is not JSON"
     if not isinstance(arguments, dict):
@@ -244,20 +277,51 @@ def _as_call(item: Any, limits: Limits) -> ToolCall | str:
     return ToolCall(name=name.strip(), arguments=arguments)
 
 
+def _not_unicode(value: Any, path: str) -> str | None:
+    """The path of the first string (key or value) in ``value`` that is not encodable
+    Unicode text, or None."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _not_unicode(key, f"{path} key") or _not_unicode(item, f"{path}.{key}")
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found = _not_unicode(item, f"{path}[{index}]")
+            if found is not None:
+                return found
+    return None
+
+
 def json_depth(payload: str) -> int:
     """Maximum bracket nesting of a JSON text, ignoring brackets inside strings.
 
     Linear in the length; unbalanced input still gives a finite answer.
     """
-    stripped = _JSON_STRING_RE.sub('""', payload)
-    depth = deepest = 0
-    for m in _BRACKETS.finditer(stripped):
-        if m.group() in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
+    depth = deepest = pos = 0
+    n = len(payload)
+    while True:
+        pos = _DEPTH_RUN.match(payload, pos).end()
+        if pos == n:
+            return deepest
+        if payload[pos] == '"':  # opens no string: brackets up to its failure point count
+            fails_at = _STRING_BODY.match(payload, pos).end()
+            brackets = [m.group() for m in _BRACKETS.finditer(payload, pos + 1, fails_at)]
+            pos = fails_at
         else:
-            depth = max(depth - 1, 0)
-    return deepest
+            brackets, pos = [payload[pos]], pos + 1
+        for bracket in brackets:
+            if bracket in "[{":
+                depth += 1
+                deepest = max(deepest, depth)
+            else:
+                depth = max(depth - 1, 0)
 
 
 def render_tool_call(call: ToolCall) -> str:

@@ -56,6 +56,7 @@ it is not.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import math
@@ -82,6 +83,8 @@ from mlflow.entities import LoggedModelStatus, Metric, Param, RunTag  # noqa: E4
 from mlflow.exceptions import MlflowException  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
+from slca.locks import ExclusiveLock  # noqa: E402
+
 __all__ = [
     "COMPLETE_MARKER",
     "DEFAULT_DIRECTORY",
@@ -90,6 +93,7 @@ __all__ = [
     "default_pip_requirements",
     "flatten_config",
     "git_commit",
+    "logged_checkpoints",
     "metric_history",
     "sqlite_uri",
 ]
@@ -272,17 +276,18 @@ def log_evaluation(
                 tracker.client.log_artifact(tracker.run_id, str(report), "eval")
             return tracker.run_id
     tracker = Tracker(directory, experiment=experiment, tracking_uri=tracking_uri)
-    try:
-        run = tracker.client.get_run(run_id)
-    except MlflowException as exc:
-        raise ValueError(f"run {run_id!r} not found in {tracker.tracking_uri}") from exc
-    if run.info.experiment_id != tracker._experiment():
-        raise ValueError(f"run {run_id!r} is not in experiment {experiment!r}")
-    now = int(time.time() * 1000)
-    finite = {k: float(v) for k, v in metrics.items() if math.isfinite(float(v))}
-    tracker.client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in finite.items()])
-    for report in reports:
-        tracker.client.log_artifact(run_id, str(report), "eval")
+    with tracker._writer or contextlib.nullcontext():  # one writer per store
+        try:
+            run = tracker.client.get_run(run_id)
+        except MlflowException as exc:
+            raise ValueError(f"run {run_id!r} not found in {tracker.tracking_uri}") from exc
+        if run.info.experiment_id != tracker._experiment():
+            raise ValueError(f"run {run_id!r} is not in experiment {experiment!r}")
+        now = int(time.time() * 1000)
+        finite = {k: float(v) for k, v in metrics.items() if math.isfinite(float(v))}
+        tracker.client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in finite.items()])
+        for report in reports:
+            tracker.client.log_artifact(run_id, str(report), "eval")
     return run_id
 
 
@@ -309,6 +314,7 @@ def experiment_runs(
     """Every FINISHED run of ``experiment``, oldest first (an empty list when the
     experiment does not exist)."""
     uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or sqlite_uri(directory)
+    ensure_store(uri)
     client = MlflowClient(tracking_uri=uri)
     found = client.get_experiment_by_name(experiment)
     if found is None:
@@ -334,6 +340,42 @@ def experiment_runs(
             )
         )
     return out
+
+
+WRITER_LOCK = ".slca-writer.lock"
+"""Beside ``mlflow.db``: held by the one process writing a run into the store."""
+CREATE_LOCK = ".slca-create.lock"
+"""Beside ``mlflow.db``: held while a process creates (and migrates) the store."""
+
+
+def ensure_store(tracking_uri: str) -> None:
+    """Create a SQLite store's database under a lock, so two processes starting on a new
+    store at once never both migrate it: constructing an ``MlflowClient`` creates and
+    migrates the database, so every client slca makes on a store it may be the first to
+    open comes after this."""
+    db = _sqlite_path(tracking_uri)
+    if db is None:
+        return
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with ExclusiveLock(db.parent / CREATE_LOCK, what=f"MLflow store {db}", wait=600):
+        MlflowClient(tracking_uri=tracking_uri).search_experiments(max_results=1)
+
+
+def logged_checkpoints(run_id: str, *, tracking_uri: str | None = None) -> dict[int, str]:
+    """Step → artifact path (``checkpoints/step_<k>``) of every checkpoint of a run whose
+    upload completed: its folder holds the completion marker. A folder without it is an
+    upload cut short (a crash) and is left out; slca reads checkpoints from MLflow only
+    through this."""
+    client = MlflowClient(tracking_uri=tracking_uri)
+    found = {}
+    for entry in client.list_artifacts(run_id, "checkpoints"):
+        name = os.path.basename(entry.path)
+        if not entry.is_dir or not name.startswith("step_") or not name[5:].isdigit():
+            continue
+        names = {os.path.basename(f.path) for f in client.list_artifacts(run_id, entry.path)}
+        if COMPLETE_MARKER in names:
+            found[int(name[5:])] = entry.path
+    return dict(sorted(found.items()))
 
 
 def _step(step: Any) -> int:
@@ -373,11 +415,14 @@ class Tracker:
         )
         self.experiment_name = experiment
         db = _sqlite_path(self.tracking_uri)
+        self._writer: ExclusiveLock | None = None
         if db is not None:
             db.parent.mkdir(parents=True, exist_ok=True)
             self.artifact_location: str | None = (db.parent / "artifacts").as_uri()
-        else:
+            self._writer = ExclusiveLock(db.parent / WRITER_LOCK, what=f"MLflow store {db}")
+        else:  # a tracking server serialises its writers itself
             self.artifact_location = None
+        ensure_store(self.tracking_uri)  # a client creates (migrates) the store at once
         self.client = MlflowClient(tracking_uri=self.tracking_uri)
         self.run_id: str | None = None
         self.experiment_id: str | None = None
@@ -393,11 +438,21 @@ class Tracker:
 
     # -- lifecycle ---------------------------------------------------------------------
 
+    def lock(self) -> Tracker:
+        """Take the store's writer lock now (``start`` takes it otherwise), so a second
+        writer is refused before any expensive work; released by :meth:`end` (or on
+        leaving the ``with`` block when no run started)."""
+        if self._writer is not None:
+            self._writer.acquire()
+        return self
+
     def __enter__(self) -> Tracker:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if self.run_id is None:
+            if self._writer is not None:
+                self._writer.release()
             return
         if exc_type is None:
             self.end("FINISHED")
@@ -419,11 +474,21 @@ class Tracker:
             )
         return experiment.experiment_id
 
-    def start(self, run_name: str | None = None, resume_run_id: str | None = None) -> Tracker:
+    def start(
+        self,
+        run_name: str | None = None,
+        resume_run_id: str | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> Tracker:
         """Start a new run, or continue run ``resume_run_id`` (the same run id).
 
         On resume the last logged step of every metric and the completed artifact
-        directories are read back, so that nothing is logged twice.
+        directories are read back, so that nothing is logged twice. ``tags`` are set on
+        a new run; a resumed run must carry the same values (a run identity, e.g. the
+        config fingerprint), else nothing is written and a ``ValueError`` names both.
+
+        On the default SQLite store the run holds the store's writer lock until
+        :meth:`end`: a second writer is refused at once, naming this one's PID.
         """
         if self.run_id is not None:
             raise RuntimeError(f"run {self.run_id} is already started; end() it first")
@@ -432,6 +497,18 @@ class Tracker:
                 f"another MLflow run ({mlflow.active_run().info.run_id}) is active in this "
                 "process; end it first"
             )
+        if self._writer is not None:
+            self._writer.acquire()  # refused at once while another process writes
+        try:
+            return self._start(run_name, resume_run_id, tags)
+        except BaseException:
+            if self._writer is not None:
+                self._writer.release()
+            raise
+
+    def _start(
+        self, run_name: str | None, resume_run_id: str | None, tags: Mapping[str, str] | None
+    ) -> Tracker:
         self.experiment_id = self._experiment()
         # mlflow.set_tracking_uri also exports MLFLOW_TRACKING_URI; remember the user's
         # value so end() can put it back and a later Tracker honours its own directory.
@@ -450,6 +527,16 @@ class Tracker:
                     f"{previous.info.experiment_id}, not {self.experiment_name!r} "
                     f"({self.experiment_id})"
                 )
+            differing = {
+                k: (previous.data.tags.get(k), v)
+                for k, v in (tags or {}).items()
+                if previous.data.tags.get(k) != v
+            }
+            if differing:
+                said = ", ".join(
+                    f"{k}: run has {a!r}, this one {b!r}" for k, (a, b) in differing.items()
+                )
+                raise ValueError(f"cannot resume run {resume_run_id!r}: another run ({said})")
             run = mlflow.start_run(run_id=resume_run_id)
             self.run_id = run.info.run_id
             self.resumed = True
@@ -461,7 +548,9 @@ class Tracker:
             count = int(previous.data.tags.get("slca.resume_count", "0")) + 1
             self.client.set_tag(self.run_id, "slca.resume_count", str(count))
         else:
-            run = mlflow.start_run(experiment_id=self.experiment_id, run_name=run_name)
+            run = mlflow.start_run(
+                experiment_id=self.experiment_id, run_name=run_name, tags=dict(tags or {})
+            )
             self.run_id = run.info.run_id
         return self
 
@@ -472,11 +561,15 @@ class Tracker:
         if self.run_id is None:
             return
         active = mlflow.active_run()
-        if active is not None and active.info.run_id == self.run_id:
-            mlflow.end_run(status)
-        else:
-            self.client.set_terminated(self.run_id, status)
-        self.run_id = None
+        try:
+            if active is not None and active.info.run_id == self.run_id:
+                mlflow.end_run(status)
+            else:
+                self.client.set_terminated(self.run_id, status)
+        finally:
+            self.run_id = None
+            if self._writer is not None:
+                self._writer.release()
         if self._user_env_uri is None:
             os.environ.pop("MLFLOW_TRACKING_URI", None)
         else:
@@ -617,8 +710,14 @@ class Tracker:
         return done
 
     def _upload(self, source: Path, artifact_path: str) -> None:
-        """Upload a directory's contents (or one file), then the completion marker."""
+        """Upload a directory's contents (or one file), then the completion marker.
+
+        What an earlier, cut-short upload left at ``artifact_path`` (files, MLflow's
+        ``.artifact.uploading.*`` temporaries) is deleted first where the artifact
+        store can delete (the local one can), so the folder holds this upload only."""
         run_id = self._require_run()
+        if self.resumed and artifact_path not in self._complete:
+            self._delete_partial(artifact_path)
         if source.is_dir():
             self.client.log_artifacts(run_id, str(source), artifact_path)
         else:
@@ -628,6 +727,16 @@ class Tracker:
             marker.write_text(f"{int(time.time())}\n")
             self.client.log_artifact(run_id, str(marker), artifact_path)
         self._complete.add(artifact_path)
+
+    def _delete_partial(self, artifact_path: str) -> None:
+        from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+        repository = get_artifact_repository(self.artifact_uri())
+        try:
+            if repository.list_artifacts(artifact_path):
+                repository.delete_artifacts(artifact_path)
+        except (NotImplementedError, MlflowException):
+            pass  # a store that cannot delete: the new files overwrite the old ones
 
     def log_histograms(self, step: int, values: Mapping[str, Any], *, bins: int = 50) -> str | None:
         """Histogram figures of per-segment values (e.g. advantages), plus the raw arrays.

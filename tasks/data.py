@@ -56,7 +56,9 @@ def validate_task(params: ValidateParams, state_dir: str) -> list[str]:
     )
 
     def work() -> list[str]:
-        ok, failures = validate_dir(params.in_dir, params.report_dir, params.max_examples)
+        ok, failures = validate_dir(
+            params.in_dir, params.report_dir, params.max_examples, params.min_rows
+        )
         if not ok:
             raise ValidationFailed("task data failed validation:\n  " + "\n  ".join(failures))
         return failures

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
 from typing import Any
 
 from prefect import get_run_logger, task
@@ -12,7 +10,13 @@ from prefect.cache_policies import NO_CACHE
 from slca.config import TrainConfig
 from slca.rewards.score import RewardBreakdown
 from slca.training.rl import Sampled, Trainer, latest_checkpoint
-from slca.training.stages import BaseModelParams, SFTParams, build_base_model, run_sft
+from slca.training.stages import (
+    BaseModelParams,
+    SFTParams,
+    build_base_model,
+    checkpoint_path,
+    run_sft,
+)
 from tasks.steps import Step, as_paths, run_step, same_started_run
 
 
@@ -56,22 +60,18 @@ def _train_step_record(config: TrainConfig, state_dir: str) -> Step:
 def train_plan_task(config: TrainConfig, state_dir: str) -> dict[str, Any]:
     """Whether the RL stage is up to date (``{"run_id": …}``) or must run, resuming
     (``{"resume": True}``) when an interrupted stage started with the same params, code
-    and inputs; checkpoints left by a different configuration are removed first, so
-    they cannot be resumed by mistake."""
+    and inputs. It removes nothing: the run itself refuses checkpoints of another
+    configuration (or replaces them under ``overwrite``, after its inputs load)."""
     logger = get_run_logger()
     step = _train_step_record(config, state_dir)
     record = step.up_to_date()
     if record is not None:
         logger.info(f"train: up to date ({config.out_dir}); skipped")
         return {"run_id": record["result"]}
-    checkpoint = latest_checkpoint(config.checkpoint_dir)
+    checkpoint = latest_checkpoint(checkpoint_path(config))
     resume = checkpoint is not None and same_started_run(step)
     if resume:
         logger.info(f"train: resuming from {checkpoint}")
-    elif checkpoint is not None:
-        logger.info(f"train: removing checkpoints of another configuration in {checkpoint.parent}")
-        for stale in Path(config.checkpoint_dir).glob("step_*"):
-            shutil.rmtree(stale)
     step.mark("started")
     return {"run_id": None, "resume": resume}
 

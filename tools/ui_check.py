@@ -22,6 +22,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from slca.processes import supervised
+
 CHROMIUM_FLAGS = (
     "--headless",
     "--no-sandbox",
@@ -57,17 +59,21 @@ class MlflowUI:
     def __enter__(self) -> MlflowUI:
         env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true")
         env.pop("MLFLOW_TRACKING_URI", None)
+        # under a supervisor: the server and its workers stop with this process (kill -9
+        # included), see slca/processes.py
         self.process = subprocess.Popen(
-            [
-                str(Path(sys.executable).parent / "mlflow"),
-                "ui",
-                "--backend-store-uri",
-                f"sqlite:///{self.db}",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-            ],
+            supervised(
+                [
+                    str(Path(sys.executable).parent / "mlflow"),
+                    "ui",
+                    "--backend-store-uri",
+                    f"sqlite:///{self.db}",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                ]
+            ),
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -18,18 +18,23 @@ reproduces (grpo, dr_grpo, slca) also runs under ``train.algorithm.profile=refer
 loss), in the same experiment, so the report puts both profiles in one table. The SFT
 model is evaluated too (arm ``sft``). Then the report
 (slca.eval.report) is written to ``--out`` and one advantage histogram per segment of
-each method (seed 0, last histogram step) is copied beside it.
+each method (seed 0, last histogram step) is copied beside it. Parallel runs log
+through an MLflow server over the one store (slca refuses a second writer on a SQLite
+store).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -153,9 +158,75 @@ def evaluate_command(args: argparse.Namespace, model: Path, name: str) -> list[s
     return command
 
 
+#: The MLflow server the parallel jobs log through (see :func:`tracking_server`).
+_SERVER_URI: list[str] = []
+
+
+@contextlib.contextmanager
+def tracking_server(args: argparse.Namespace) -> Iterator[None]:
+    """With more than one worker, the jobs log through an MLflow server on 127.0.0.1 over
+    ``--tracking-dir``'s SQLite store: slca lets one process at a time write a SQLite
+    store (a second is refused), while a server serialises its clients' writes itself.
+    The server runs under slca's supervisor, so it stops with this script."""
+    if args.workers <= 1:
+        yield
+        return
+    import socket
+    import urllib.request
+
+    from slca.processes import supervised
+    from slca.tracking import ensure_store, sqlite_uri
+
+    store = args.tracking_dir.resolve()
+    ensure_store(sqlite_uri(store))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        supervised(
+            [
+                str(Path(sys.executable).parent / "mlflow"),
+                "server",
+                "--backend-store-uri",
+                sqlite_uri(store),
+                "--default-artifact-root",
+                (store / "artifacts").as_uri(),
+                "--no-serve-artifacts",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ]
+        ),  # fmt: skip
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/health", timeout=2).read()
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the MLflow server for {store} did not start") from None
+                time.sleep(1)
+        _SERVER_URI.append(url)
+        yield
+    finally:
+        _SERVER_URI.clear()
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=60)
+
+
 def _chain(name: str, commands: list[list[str]], log: Path, work: Path) -> tuple[str, int, float]:
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
     env.pop("MLFLOW_TRACKING_URI", None)
+    if _SERVER_URI:
+        env["MLFLOW_TRACKING_URI"] = _SERVER_URI[0]
     started = time.perf_counter()
     shutil.rmtree(work, ignore_errors=True)
     with log.open("w") as handle:
@@ -311,7 +382,7 @@ def run_all(args: argparse.Namespace) -> list[tuple[str, int, float]]:
         print(f"{name}: {'ok' if code == 0 else f'FAILED ({code})'} in {seconds:.0f} s", flush=True)
         if code != 0:
             return [(name, code, seconds)]
-    with ThreadPoolExecutor(args.workers) as pool:
+    with tracking_server(args), ThreadPoolExecutor(args.workers) as pool:
         futures = []
         if not args.ablations_only:
             futures.append(pool.submit(_chain, *sft_eval, args.work / "sft.log", args.work / "sft"))

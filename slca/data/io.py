@@ -26,9 +26,11 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pydantic import ValidationError
 
 from slca.data.record import SPLITS, TaskRecord
 from slca.jsonutil import canonical_json
+from slca.paramfile import describe
 
 JSON_COLUMNS = ("messages", "tools", "gold", "facts", "world")
 SCALAR_COLUMNS = ("id", "source", "domain", "split", "eval_only")
@@ -115,6 +117,8 @@ def read_records(path: str | Path) -> list[TaskRecord]:
     for i, row in enumerate(read_rows(path)):
         try:
             out.append(TaskRecord.model_validate(row_to_data(row)))
+        except ValidationError as e:  # one line, each error naming its field
+            raise ValueError(f"{path}: row {i} (id={row.get('id')!r}): {describe(e)}") from None
         except (ValueError, TypeError) as e:
             raise ValueError(f"{path}: row {i} (id={row.get('id')!r}): {e}") from None
     return out

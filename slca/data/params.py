@@ -10,8 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 TaskKind = Literal["single", "parallel", "multi_step", "no_call"]
 SourceName = Literal["synth", "nestful", "bfcl", "tau2"]
@@ -149,6 +148,18 @@ class ValidateParams(_Strict):
     in_dir: str = Field("data/tasks", description="Output of prepare.")
     report_dir: str = Field("data/validation", description="GE results (JSON, Data Docs).")
     max_examples: int = Field(5, ge=1, description="Record ids quoted per failed expectation.")
+    min_rows: dict[Literal["train", "val", "test", "eval"], int] = Field(
+        default_factory=lambda: {"train": 1, "val": 1, "test": 1},
+        description="Fewest rows each split must hold; a missing or smaller split fails "
+        "validation (an empty train split would train on nothing).",
+    )
+
+    @field_validator("min_rows")
+    @classmethod
+    def _non_negative(cls, v: dict[str, int]) -> dict[str, int]:
+        if any(n < 0 for n in v.values()):
+            raise ValueError("row counts must be >= 0")
+        return v
 
 
 class DataParams(_Strict):
@@ -159,13 +170,16 @@ class DataParams(_Strict):
 
 
 def load_params(path: str | Path = "params.yaml") -> DataParams:
-    """Read the task-data sections of ``params.yaml``; other stages' sections are ignored."""
+    r"""Read the task-data sections of ``params.yaml`` strictly (see :mod:`slca.paramfile`:
+    duplicate keys, unknown sections, booleans as numbers and non-finite floats are
+    refused); errors are one-line :class:`~slca.paramfile.ConfigError`\ s."""
+    from slca.paramfile import parse_section, read_params
+
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{path}: no such params file") from None
-    try:
-        return DataParams.model_validate({k: raw[k] for k in ("prepare", "validate") if k in raw})
-    except ValidationError as e:
-        raise ValueError(f"{path}: invalid task-data params:\n{e}") from None
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such params file")
+    document = read_params(path)
+    return DataParams(
+        prepare=parse_section(document, "prepare", PrepareParams, path),
+        validate=parse_section(document, "validate", ValidateParams, path),
+    )

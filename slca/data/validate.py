@@ -1,12 +1,14 @@
 """The ``validate`` step: a Great Expectations (1.x, ephemeral context) suite over the
 parquet files that ``prepare`` wrote.
 
-Expectations: ids non-null and unique; splits known; eval-only records only in the eval
-split; every tool's ``parameters``/``response`` a valid JSON Schema; every gold call names
-a tool of its task with arguments matching that tool's ``parameters`` (custom column-pair
-expectation: the schema differs per row); no request key (near-duplicate class) in two
-splits. Writes ``ge_results.json`` and Data Docs HTML into ``report_dir`` and fails with
-a message naming each failed expectation and example record ids.
+Expectations: every required column non-null, ids unique, each split (``min_rows``)
+holding enough rows, every prompt holding a user turn; splits known; eval-only records
+only in the eval split; every tool's ``parameters``/``response`` a valid JSON Schema;
+every gold call names a tool of its task with arguments matching that tool's
+``parameters`` (custom column-pair expectation: the schema differs per row); no request
+key (near-duplicate class) in two splits. Writes ``ge_results.json`` and Data Docs HTML
+into ``report_dir`` and fails with a message naming each failed expectation and example
+record ids.
 
 ``python -m slca.data.validate [--params params.yaml]`` is what the DVC stage runs;
 :func:`validate_dir` is what a Prefect task calls. Great Expectations is imported here
@@ -57,14 +59,39 @@ def _user_key(messages: Any) -> str:
         return ""
 
 
+def _has_user_turn(messages: Any) -> bool:
+    try:
+        turns = json.loads(messages)
+        return any(
+            isinstance(m, dict) and m.get("role") == "user" and isinstance(m.get("content"), str)
+            for m in turns
+        )
+    except (TypeError, ValueError):
+        return False
+
+
 def _keys_in_one_split(keys: pd.Series, splits: pd.Series) -> pd.Series:
     n = pd.DataFrame({"k": keys, "s": splits}).groupby("k")["s"].transform("nunique")
     return n == 1
 
 
-def build_suite() -> list[Any]:
-    """The task-data expectations, in the order they are reported."""
+#: Columns every record fills (``facts`` is ``{}`` when empty; ``world`` may be null).
+REQUIRED = ("id", "source", "domain", "split", "eval_only", "messages", "tools", "gold", "facts")
+
+
+def build_suite(min_rows: dict[str, int] | None = None) -> list[Any]:
+    """The task-data expectations, in the order they are reported; ``min_rows`` is the
+    fewest rows per split (default: the ``validate.min_rows`` default)."""
     import great_expectations.expectations as gxe
+
+    from slca.data.params import ValidateParams
+
+    min_rows = ValidateParams().min_rows if min_rows is None else min_rows
+    user_turn = ge.column_expectation(
+        "ExpectMessagesToHoldAUserTurn",
+        ge.rowwise(_has_user_turn),
+        "The prompt (a JSON list of messages) holds at least one user turn.",
+    )
 
     valid_schemas = ge.column_expectation(
         "ExpectColumnValuesToBeValidToolSchemas",
@@ -82,8 +109,15 @@ def build_suite() -> list[Any]:
         "No near-duplicate request class (column A) appears in two splits (column B).",
     )
     return [
-        gxe.ExpectColumnValuesToNotBeNull(column="id"),
+        *(gxe.ExpectColumnValuesToNotBeNull(column=c) for c in REQUIRED),
         gxe.ExpectColumnValuesToBeUnique(column="id"),
+        *(
+            gxe.ExpectTableRowCountToBeBetween(
+                min_value=n, row_condition=f'split=="{split}"', condition_parser="pandas"
+            )
+            for split, n in min_rows.items()
+        ),
+        user_turn(column="messages"),
         gxe.ExpectColumnValuesToBeInSet(column="split", value_set=list(SPLITS)),
         gxe.ExpectColumnPairValuesToBeInSet(
             column_A="eval_only",
@@ -117,6 +151,7 @@ def run_suite(
     report_dir: str | Path | None = None,
     max_examples: int = 5,
     suite: list[Any] | None = None,
+    min_rows: dict[str, int] | None = None,
 ) -> tuple[bool, list[str], dict[str, Any]]:
     """Validate a frame; returns (success, failure messages, GE result as JSON data).
 
@@ -124,7 +159,7 @@ def run_suite(
     """
     return ge.run_suite(
         df,
-        suite if suite is not None else build_suite(),
+        suite if suite is not None else build_suite(min_rows),
         name=SUITE,
         report_dir=report_dir,
         max_examples=max_examples,
@@ -132,9 +167,12 @@ def run_suite(
 
 
 def validate_dir(
-    in_dir: str | Path, report_dir: str | Path | None, max_examples: int = 5
+    in_dir: str | Path,
+    report_dir: str | Path | None,
+    max_examples: int = 5,
+    min_rows: dict[str, int] | None = None,
 ) -> tuple[bool, list[str]]:
-    ok, failures, _ = run_suite(load_frame(in_dir), report_dir, max_examples)
+    ok, failures, _ = run_suite(load_frame(in_dir), report_dir, max_examples, min_rows=min_rows)
     return ok, failures
 
 
@@ -144,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         v = load_params(args.params).validate_
-        ok, failures = validate_dir(v.in_dir, v.report_dir, v.max_examples)
+        ok, failures = validate_dir(v.in_dir, v.report_dir, v.max_examples, v.min_rows)
     except (ValueError, FileNotFoundError) as e:
         print(f"validate failed: {e}", file=sys.stderr)
         return 1

@@ -8,7 +8,8 @@ scoped to the group so identical calls get identical answers), each malformed
 block answered with an error, and the responses appended as tool messages through
 the chat template. The loop stops at the final answer, or at ``max_turns``,
 ``max_total_tokens`` (or a turn cut off by ``max_new_tokens``), or a turn longer
-than ``max_turn_bytes``.
+than ``max_turn_bytes`` (measured before the turn is labelled or parsed, which it then
+is not: its tokens count as an unparsed final answer).
 
 A task may have later user turns (``follow_ups``, BFCL's multi-turn categories): the
 final answer to one user turn is followed by the next user turn's messages and the
@@ -22,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from slca.data.record import TaskRecord
-from slca.grammar import parse_turn
+from slca.grammar import ParsedTurn, Region, parse_turn
 from slca.rollout.chat import END_OF_TURN, ChatRenderer, tool_message
 from slca.rollout.engines import Engine, SamplingParams
 from slca.rollout.types import ExecutedCall, Rollout, Turn
@@ -157,11 +158,21 @@ def _take_turn(
 ) -> None:
     rollout = state.rollout
     turn_number = len(rollout.turns)
-    labels = label_turn_tokens(decode, generation.token_ids, prefix=rollout.token_ids[-4:])
-    text = labels.text
-    if generation.stopped and text.endswith(state.renderer.end_of_turn):
-        text = text[: -len(state.renderer.end_of_turn)]
-    parsed = parse_turn(text)
+    # The size limit comes before labelling and parsing: the work is bounded by it.
+    oversize = _utf8_length(decode(generation.token_ids)) > limits.max_turn_bytes
+    if oversize:
+        text = decode(generation.token_ids)
+        parsed = ParsedTurn(text, (Region("text", 0, len(text)),))
+        n = len(generation.token_ids)
+        kinds, calls = [KIND_CODE["summary"]] * n, [-1] * n
+    else:
+        labels = label_turn_tokens(decode, generation.token_ids, prefix=rollout.token_ids[-4:])
+        text = labels.text
+        if generation.stopped and text.endswith(state.renderer.end_of_turn):
+            text = text[: -len(state.renderer.end_of_turn)]
+        parsed = parse_turn(text)
+        kinds = [KIND_CODE[k] for k in labels.kinds]
+        calls = [c + state.blocks if c >= 0 else -1 for c in labels.call_index]
     final = not parsed.has_call_block
     start = len(rollout.token_ids)
     _append(
@@ -169,8 +180,8 @@ def _take_turn(
         generation.token_ids,
         policy=True,
         logprobs=generation.logprobs,
-        kinds=[KIND_CODE[k] for k in labels.kinds],
-        calls=[c + state.blocks if c >= 0 else -1 for c in labels.call_index],
+        kinds=kinds,
+        calls=calls,
     )
     rollout.turns.append(
         Turn(text, parsed, final, start, len(rollout.token_ids), user_turn=state.user_turn)
@@ -178,7 +189,7 @@ def _take_turn(
     state.turns_this_user_turn += 1
     first_block = state.blocks
     state.blocks += len(parsed.blocks)
-    if len(text.encode("utf-8", "surrogatepass")) > limits.max_turn_bytes:
+    if oversize:
         return _finish(state, "max_bytes")
     if not generation.stopped:
         return _finish(state, "max_tokens")
@@ -219,6 +230,10 @@ def _take_turn(
     env = state.renderer.environment_ids(state.history, text, tool_messages)
     state.history = [*state.history, {"role": "assistant", "content": text}, *tool_messages]
     _append(rollout, env, policy=False)
+
+
+def _utf8_length(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 def _next_user_turn(state: _State, text: str) -> None:

@@ -28,8 +28,7 @@ from typing import Any
 
 import jsonschema
 import pandas as pd
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from slca import ge
 from slca.data import io
@@ -212,11 +211,10 @@ def validate_simulator(params: SimulatorCheckParams) -> tuple[bool, list[str], d
 
 
 def load_params(path: str | Path) -> SimulatorCheckParams:
-    document = yaml.safe_load(Path(path).read_text()) or {}
-    try:
-        return SimulatorCheckParams.model_validate(document.get("simulator_check", {}))
-    except ValidationError as exc:
-        raise ValueError(f"{path}: simulator_check: {exc}") from None
+    """The ``simulator_check`` section, read strictly (:mod:`slca.paramfile`)."""
+    from slca.paramfile import load_section
+
+    return load_section(path, "simulator_check", SimulatorCheckParams)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,7 +8,9 @@
 - valid calls get a response proposed by the backend (``schema`` or ``llm``);
   every proposal is validated against the tool's ``response`` schema, an
   invalid one is retried, and after ``max_retries`` it becomes a
-  ``simulator_failure`` error;
+  ``simulator_failure`` error (counted in ``sim/failure_rate``); the schema
+  backend's work is bounded by the response size limit and a time limit, so a
+  hostile schema (``minItems: 1e9``) is such a failure, not a hang;
 - identical calls in one scope (a rollout group, a task) get identical
   responses, so execution rewards never differ by simulator noise.
 
@@ -62,6 +64,9 @@ class SimulatorLimits:
     """A backend proposal longer than this is invalid (and retried)."""
     max_retries: int = 2
     """Invalid proposals retried before the call becomes a ``simulator_failure``."""
+    max_generation_s: float = 2.0
+    """Wall time one proposal of the schema backend may take; a schema that needs more
+    (a huge ``pattern`` repeat, say) fails the attempt as over the limit."""
 
 
 @dataclass
@@ -127,9 +132,9 @@ class Simulator:
         cache_size: int = 100_000,
         **backend_options: Any,
     ):
-        self.backend = _make_backend(backend, backend_options)
-        self.seed = seed
         self.limits = limits or SimulatorLimits()
+        self.backend = _make_backend(backend, backend_options, self.limits)
+        self.seed = seed
         self.stats = SimulatorStats()
         self._cache: OrderedDict[tuple, str] = OrderedDict()
         self._cache_size = cache_size
@@ -236,6 +241,8 @@ class Simulator:
             text = canonical_json(arguments)
         except (TypeError, ValueError, RecursionError) as exc:
             return "", f"arguments are not JSON: {exc}"
+        if not _is_unicode(text):  # "\ud800" decodes from JSON but encodes to no UTF-8
+            return "", "arguments are not valid Unicode text (a lone surrogate)"
         limit = self.limits.max_argument_chars
         if len(text) > limit:
             return "", f"arguments are {len(text)} chars, over the {limit} limit"
@@ -295,6 +302,8 @@ class Simulator:
             return None, f"response of {len(text)} chars over the limit"
         if json_depth(text) > self.limits.max_json_depth:
             return None, f"response nests deeper than {self.limits.max_json_depth}"
+        if not _is_unicode(text):
+            return None, "response is not valid Unicode text (a lone surrogate)"
         if compiled.response is not None:
             problem = _first_error(compiled.response, proposal)
             if problem is not None:
@@ -335,6 +344,14 @@ class Simulator:
         return hashlib.sha256(raw.encode()).hexdigest()
 
 
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _tool_name(tool: Mapping[str, Any]) -> str | None:
     function = tool.get("function", tool) if isinstance(tool, Mapping) else {}
     name = function.get("name") if isinstance(function, Mapping) else None
@@ -370,11 +387,14 @@ def _json_path(parts: Sequence[Any]) -> str:
     return "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts)
 
 
-def _make_backend(backend: str | Backend, options: Mapping[str, Any]) -> Backend:
+def _make_backend(
+    backend: str | Backend, options: Mapping[str, Any], limits: SimulatorLimits
+) -> Backend:
     if backend == "schema":
         if options:
             raise TypeError(f"the schema backend takes no options; got {sorted(options)}")
-        return SchemaBackend()
+        # generation stops at the response limit (a longer answer is refused anyway)
+        return SchemaBackend(max_chars=limits.max_response_chars, max_s=limits.max_generation_s)
     if backend == "llm":
         from slca.simulator.llm import LLMBackend  # torch/transformers only when asked
 

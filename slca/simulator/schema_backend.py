@@ -30,6 +30,7 @@ import math
 import random
 import re
 import string
+import time
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -76,30 +77,72 @@ class SchemaGenerationError(ValueError):
     """The schema cannot be satisfied by construction (contradictory or unsupported)."""
 
 
-class _ShortXeger(Xeger):
-    """rstr's regex generator with ``*``/``+`` capped at 8 repeats (rstr's cap is 100)."""
+class Budget:
+    """What one generation may spend: characters of output (roughly its JSON length)
+    and wall time. Overspending raises :class:`SchemaGenerationError`, which the
+    simulator turns into a counted ``simulator_failure``."""
 
-    def _handle_repeat(self, start_range: int, end_range: int, value: str) -> str:
-        return super()._handle_repeat(start_range, min(end_range, max(start_range, 8)), value)
+    def __init__(self, max_chars: int = 65_536, max_s: float = 2.0):
+        self.max_chars, self.max_s = max_chars, max_s
+        self.left = max_chars
+        self.deadline = time.monotonic() + max_s
+
+    def spend(self, chars: int, path: str) -> None:
+        self.left -= chars
+        if self.left < 0:
+            raise SchemaGenerationError(
+                f"{path}: the response would exceed the size limit of {self.max_chars} chars"
+            )
+        if time.monotonic() > self.deadline:
+            raise SchemaGenerationError(
+                f"{path}: generation exceeded the time limit of {self.max_s} s"
+            )
+
+
+class _ShortXeger(Xeger):
+    """rstr's regex generator with ``*``/``+`` capped at 8 repeats (rstr's cap is 100),
+    and every repetition charged to the budget (``(a{100}){100}{100}`` is a million)."""
+
+    def __init__(self, rng: random.Random, budget: Budget):
+        super().__init__(rng)
+        self.budget = budget
+
+    def _handle_repeat(self, start_range: int, end_range: int, value: Any) -> str:
+        # rstr's own caps the upper bound at 100 even when the lower one is above it
+        self.budget.spend(start_range, "pattern")  # the least it will repeat
+        times = self._random.randint(start_range, min(end_range, max(start_range, 8)))
+        return "".join("".join(self._handle_state(i) for i in value) for _ in range(times))
+
+    def _handle_state(self, state: Any) -> Any:
+        self.budget.spend(1, "pattern")
+        return super()._handle_state(state)
 
 
 class SchemaBackend:
-    """Seeded, schema-driven responses; the simulator's default backend."""
+    """Seeded, schema-driven responses; the simulator's default backend.
+
+    ``max_chars`` and ``max_s`` bound one generation (:class:`Budget`)."""
 
     name = "schema"
+
+    def __init__(self, max_chars: int = 65_536, max_s: float = 2.0):
+        self.max_chars, self.max_s = max_chars, max_s
 
     def propose(self, request: CallRequest) -> Any:
         response_schema = request.tool.get("response")
         if response_schema is None:
             return {"status": "ok"}
         rng = random.Random(f"{request.seed}:{request.attempt}")
+        budget = Budget(self.max_chars, self.max_s)
         if request.attempt:  # a retry must not repeat a bad echo
-            value = Generator(response_schema, rng).value()
+            value = Generator(response_schema, rng, budget=budget).value()
         else:
             world = request.context.get("world") or {}
             hints = {k: v for k, v in world.items() if not isinstance(v, dict | list)}
             hints.update(request.arguments)
-            value = Generator(response_schema, rng, hints, world, request.arguments).value()
+            value = Generator(
+                response_schema, rng, hints, world, request.arguments, budget=budget
+            ).value()
         # The simulator reads a str proposal as JSON text (what an LLM writes), so a
         # string-typed response (τ²'s "Transfer successful") goes encoded.
         return json.dumps(value) if isinstance(value, str) else value
@@ -115,13 +158,15 @@ class Generator:
         hints: Mapping[str, Any] | None = None,
         world: Any = None,
         arguments: Mapping[str, Any] | None = None,
+        budget: Budget | None = None,
     ):
         self.root = root
         self.rng = rng
         self.hints = dict(hints or {})
         self.world = world
         self.arguments = dict(arguments or {})
-        self.xeger = _ShortXeger(rng)
+        self.budget = budget or Budget()
+        self.xeger = _ShortXeger(rng, self.budget)
 
     def value(self) -> Any:
         return self.generate(self.root, "$", 0)
@@ -134,6 +179,7 @@ class Generator:
                 f"{path}: schema nests deeper than {MAX_DEPTH} "
                 "(recursive $ref that always recurses?)"
             )
+        self.budget.spend(1, path)
         if schema is True or schema == {}:
             return self._word()
         if schema is False:
@@ -249,6 +295,11 @@ class Generator:
             if not required and not chosen and optional:  # APIs rarely answer {}
                 chosen = [self.rng.choice(optional)]
         min_props = int(schema.get("minProperties", 0))
+        if min_props > self.budget.left:
+            raise SchemaGenerationError(
+                f"{path}: minProperties {min_props} exceeds the response size limit of "
+                f"{self.budget.max_chars} chars"
+            )
         while len(required) + len(chosen) < min_props and len(chosen) < len(optional):
             chosen.append(next(n for n in optional if n not in chosen))
         out: dict[str, Any] = {}
@@ -260,6 +311,7 @@ class Generator:
         extra = 0
         while len(out) < min_props and extra_allowed:
             extra += 1
+            self.budget.spend(10, path)
             out[f"field_{extra}"] = self._word()
         if "maxProperties" in schema and len(out) > int(schema["maxProperties"]):
             raise SchemaGenerationError(f"{path}: required properties exceed maxProperties")
@@ -281,6 +333,11 @@ class Generator:
         if hi is not None and int(hi) < lo:
             raise SchemaGenerationError(f"{path}: minItems {lo} > maxItems {hi}")
         hi = int(hi) if hi is not None else lo + 3
+        if lo > self.budget.left:  # each item takes at least a character
+            raise SchemaGenerationError(
+                f"{path}: minItems {lo} exceeds the response size limit of "
+                f"{self.budget.max_chars} chars"
+            )
         if items is False:
             hi = min(hi, len(prefix))
             if hi < lo:
@@ -306,6 +363,11 @@ class Generator:
         hi = schema.get("maxLength")
         if hi is not None and int(hi) < lo:
             raise SchemaGenerationError(f"{path}: minLength {lo} > maxLength {hi}")
+        if lo > self.budget.left:
+            raise SchemaGenerationError(
+                f"{path}: minLength {lo} exceeds the response size limit of "
+                f"{self.budget.max_chars} chars"
+            )
         fmt = schema.get("format")
         if "pattern" in schema:
             try:
@@ -324,6 +386,7 @@ class Generator:
             )
         if hi is not None and len(value) > int(hi) and "pattern" not in schema:
             value = value[: int(hi)]
+        self.budget.spend(len(value), path)
         return value
 
     def _integer(self, schema: Mapping[str, Any], path: str, depth: int) -> int:

@@ -34,7 +34,9 @@ that sets them would be a second source of truth, so it is rejected."""
 class _Strict(BaseModel):
     """Unknown keys are errors (a typo must not silently fall back to a default)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, use_attribute_docstrings=True, allow_inf_nan=False
+    )
 
 
 class OptimConfig(_Strict):

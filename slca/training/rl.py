@@ -611,13 +611,19 @@ def read_client_state(checkpoint: Path) -> dict[str, Any]:
     return json.loads((checkpoint / CLIENT_STATE).read_text())
 
 
-def latest_checkpoint(directory: str | Path) -> Path | None:
-    """The newest complete ``step_*`` checkpoint (the engine writes its state file last)."""
-    done = sorted(
+def complete_checkpoints(directory: str | Path) -> list[Path]:
+    """Every complete ``step_*`` checkpoint, oldest first (the engine writes its state
+    file last, in a directory it renames into place)."""
+    return sorted(
         p
         for p in Path(directory).glob("step_*")
         if (p / ENGINE_STATE).exists() and (p / CLIENT_STATE).exists()
     )
+
+
+def latest_checkpoint(directory: str | Path) -> Path | None:
+    """The newest complete ``step_*`` checkpoint."""
+    done = complete_checkpoints(directory)
     return done[-1] if done else None
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -300,19 +301,73 @@ def run_train(
     config: TrainConfig,
     *,
     resume: bool = False,
+    overwrite: bool = False,
     progress: Any = None,
     data_hashes: dict[str, str] | None = None,
     track: bool = True,
 ) -> str | None:
     """The RL stage: policy and frozen reference from ``init_dir``, MLflow tracking,
-    checkpoints; ``resume`` continues the newest checkpoint and its MLflow run.
-    Writes the final policy to ``out_dir`` and returns the MLflow run id (None on
-    ranks other than 0, and without tracking)."""
+    checkpoints; ``resume`` continues the run whose checkpoints are in the checkpoint
+    directory (refusing another run's); ``overwrite`` lets the run replace another run's
+    checkpoints and output. Writes the final policy to ``out_dir`` and returns the MLflow
+    run id (None on ranks other than 0, and without tracking)."""
     with training_session(
-        config, resume=resume, progress=progress, data_hashes=data_hashes, track=track
+        config,
+        resume=resume,
+        overwrite=overwrite,
+        progress=progress,
+        data_hashes=data_hashes,
+        track=track,
     ) as trainer:
         trainer.run()
     return trainer.state.run_id
+
+
+def checkpoint_path(config: TrainConfig) -> Path:
+    """``train.checkpoint_dir`` with ``{fingerprint}`` filled in."""
+    from slca.training.identity import config_fingerprint
+
+    text = config.checkpoint_dir
+    if "{fingerprint}" in text:
+        text = text.replace("{fingerprint}", config_fingerprint(config))
+    return Path(text)
+
+
+def _usable_directory(key: str, path: Path) -> None:
+    """Create ``path`` (a directory a run writes into), or say which setting is wrong."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"train.{key}: {path}: cannot create the directory ({exc.strerror or exc})"
+        ) from None
+
+
+def checked_train_tasks(tasks: list[Any], in_dir: str | Path) -> list[Any]:
+    """The tasks, refused when two share an id (rewards look tasks up by id: a rollout of
+    one would be scored against another) or a tool schema is not a valid JSON Schema;
+    validation gates this too, but a run must not depend on it having run."""
+    from collections import Counter
+
+    from slca.data.checks import schema_problems
+
+    if not tasks:
+        raise FileNotFoundError(
+            f"train: {in_dir}: no train task (train.parquet missing or empty); "
+            "run the prepare and validate stages"
+        )
+    repeated = sorted(i for i, n in Counter(t.id for t in tasks).items() if n > 1)
+    if repeated:
+        raise ValueError(
+            f"train: {in_dir}: {len(repeated)} task id(s) appear more than once, e.g. "
+            f"{repeated[:3]}; run the validate stage"
+        )
+    for task in tasks:
+        problems = schema_problems([t.model_dump() for t in task.tools])
+        if problems:
+            field, message = problems[0]
+            raise ValueError(f"train: {in_dir}: task {task.id!r}: {field}: {message}")
+    return tasks
 
 
 @contextmanager
@@ -320,29 +375,41 @@ def training_session(
     config: TrainConfig,
     *,
     resume: bool = False,
+    overwrite: bool = False,
     progress: Any = None,
     data_hashes: dict[str, str] | None = None,
     track: bool = True,
 ) -> Iterator[Any]:
     """A ready :class:`~slca.training.rl.Trainer` (restored from the newest checkpoint
-    when ``resume``) inside its MLflow run. Run its steps, whole or phase by phase; on a
+    when it resumes) inside its MLflow run. Run its steps, whole or phase by phase; on a
     normal exit the final policy goes to ``out_dir`` (written then renamed), the model
     and the learning curves to MLflow. An exception leaves checkpoints for a resume.
 
-    Under a data-parallel launcher every rank calls it; only rank 0 tracks, reports
-    progress and writes ``out_dir`` (checkpoints are the engine's collective save).
-    ``track=False`` logs nothing (no MLflow import: a machine without it)."""
-    from slca.modeling import load_causal_lm
+    In order, so that nothing is lost to a typo, a crash or a second run: the output
+    directories must be creatable; the checkpoint directory and ``out_dir`` are locked
+    (a second run is refused at once, naming the holder); the inputs load (tokenizer,
+    tasks); the start is planned against the checkpoint directory's run identity
+    (:func:`slca.training.identity.plan_start`: continue its run, start fresh, or refuse
+    naming both runs) and against ``out_dir``; the model loads; only then are replaced
+    checkpoints removed. A resumed run continues its own MLflow run (its fingerprint
+    tags must match) and uploads again the checkpoints whose upload was cut short.
+
+    Under a data-parallel launcher every rank calls it; only rank 0 locks, plans, tracks,
+    reports progress and writes ``out_dir`` (checkpoints are the engine's collective
+    save). ``track=False`` logs nothing (no MLflow import: a machine without it)."""
+    from slca.locks import ExclusiveLock
+    from slca.modeling import load_causal_lm, load_tokenizer, resolve_model_source
     from slca.rollout.engines import HFEngine
     from slca.rollout.vllm_engine import check_engine
     from slca.simulator import Simulator
+    from slca.training import identity as ids
     from slca.training.engines import build_engine
-    from slca.training.rl import Trainer, latest_checkpoint, read_client_state
+    from slca.training.rl import Trainer, complete_checkpoints, latest_checkpoint
 
     # an absolute path: a relative one ("models/sft") reads as a Hub repo id to
     # mlflow.transformers, which then spends a minute retrying the network for its card
     init_dir = Path(config.init_dir).resolve()
-    rollout = config.rollout  # an engine that cannot start fails before any work
+    rollout = config.rollout  # an engine that cannot start fails before anything is made
     check_engine(
         rollout.engine,
         rollout.vllm,
@@ -350,56 +417,109 @@ def training_session(
         model_dir=init_dir,
         max_model_len=rollout.max_total_tokens,
     )
-    model, tokenizer = load_causal_lm(init_dir, dtype="float32")
-    reference = None
-    if config.algorithm.loss.kl_coef > 0:
-        reference, _ = load_causal_lm(init_dir, dtype="float32")
-        reference.requires_grad_(False)
-    tasks = io.load_train_set(config.in_dir)
-    if config.sources is not None:
-        tasks = [t for t in tasks if t.source in config.sources]
-        if not tasks:
-            raise ValueError(f"train: no train task from train.sources={config.sources}")
-    tasks = fitting_tasks(
-        tasks,
-        tokenizer,
-        config.rollout.max_total_tokens - config.rollout.max_new_tokens,
-    )
-    validation = validation_tasks(config, tokenizer)
-    # vLLM starts before the update engine takes device memory (its share is a share of
-    # the whole device); it is stopped when the session ends
-    vllm_engine = _vllm_rollout_engine(config, init_dir, tokenizer)
-    update = build_engine(model, config.engine)
-    # ZeRO-3 leaves each rank a shard of the module: generation then needs a copy
-    sharded = config.engine.engine == "deepspeed" and config.engine.zero_stage == 3
-    if vllm_engine is not None:
-        rollout_engine = vllm_engine
-    elif sharded:
-        dtype = next(update.module.parameters()).dtype
-        copy, _ = load_causal_lm(init_dir, dtype=dtype, device=update.device)
-        rollout_engine = HFEngine(
-            copy,
+    checkpoint_dir = checkpoint_path(config)
+    out_dir = Path(config.out_dir)
+    # the launcher's rank: known before the engine exists, and the engine agrees with it
+    main = os.environ.get("RANK", "0") == "0"
+    track = track and main
+    _usable_directory("checkpoint_dir", checkpoint_dir)
+    _usable_directory("out_dir", out_dir.parent)
+    if track and "MLFLOW_TRACKING_URI" not in os.environ:
+        _usable_directory("tracking_dir", Path(config.tracking_dir))
+    with contextlib.ExitStack() as stack:
+        if main:
+            stack.enter_context(
+                ExclusiveLock(
+                    checkpoint_dir / ids.LOCK_FILE, what=f"train.checkpoint_dir {checkpoint_dir}"
+                )
+            )
+            # out_dir itself is renamed over: its lock lives beside it
+            out_lock = out_dir.parent / f".{out_dir.name}.lock"
+            stack.enter_context(ExclusiveLock(out_lock, what=f"train.out_dir {out_dir}"))
+        tracker = stack.enter_context(_tracker(config, track))
+        source = resolve_model_source(init_dir)
+        tokenizer = load_tokenizer(source)
+        if tokenizer.pad_token_id is None and tokenizer.eos_token_id is not None:
+            tokenizer.pad_token = tokenizer.eos_token
+        tasks = checked_train_tasks(io.load_train_set(config.in_dir), config.in_dir)
+        if config.sources is not None:
+            tasks = [t for t in tasks if t.source in config.sources]
+            if not tasks:
+                raise ValueError(f"train: no train task from train.sources={config.sources}")
+        tasks = fitting_tasks(
+            tasks,
             tokenizer,
-            batch_size=config.rollout.generation_batch_size,
-            shares_module=False,
+            config.rollout.max_total_tokens - config.rollout.max_new_tokens,
         )
-    else:
-        rollout_engine = HFEngine(
-            update.module, tokenizer, batch_size=config.rollout.generation_batch_size
-        )
-    checkpoint = latest_checkpoint(config.checkpoint_dir) if resume else None
-    run_id = read_client_state(checkpoint).get("run_id") if checkpoint else None
-    main = update.is_main_process
-    with (
-        _tracker(config, track and main) as tracker,
-        vllm_engine or contextlib.nullcontext(),
-    ):
+        validation = validation_tasks(config, tokenizer)
+        ours = ids.identity_of(config, ids.rows_hash(tasks))
+        if main:
+            action, previous = ids.plan_start(
+                checkpoint_dir, ours, resume=resume, overwrite=overwrite
+            )
+            run_id = previous.run_id if action == "resume" else None
+            ids.check_output(
+                out_dir,
+                dataclasses.replace(ours, run_id=run_id),
+                overwrite=overwrite,
+                run_file=RUN_FILE,
+            )
+        else:  # rank 0 planned the same start; the others follow its checkpoints
+            action = "resume" if resume and latest_checkpoint(checkpoint_dir) else "fresh"
+            run_id = None
+        model, tokenizer = load_causal_lm(source, dtype="float32")
+        reference = None
+        if config.algorithm.loss.kl_coef > 0:
+            reference, _ = load_causal_lm(source, dtype="float32")
+            reference.requires_grad_(False)
+        # vLLM starts before the update engine takes device memory (its share is a share
+        # of the whole device); it is stopped when the session ends
+        vllm_engine = _vllm_rollout_engine(config, init_dir, tokenizer)
+        if vllm_engine is not None:
+            stack.enter_context(vllm_engine)
+        update = build_engine(model, config.engine)
+        # ZeRO-3 leaves each rank a shard of the module: generation then needs a copy
+        sharded = config.engine.engine == "deepspeed" and config.engine.zero_stage == 3
+        if vllm_engine is not None:
+            rollout_engine = vllm_engine
+        elif sharded:
+            dtype = next(update.module.parameters()).dtype
+            copy, _ = load_causal_lm(source, dtype=dtype, device=update.device)
+            rollout_engine = HFEngine(
+                copy,
+                tokenizer,
+                batch_size=config.rollout.generation_batch_size,
+                shares_module=False,
+            )
+        else:
+            rollout_engine = HFEngine(
+                update.module, tokenizer, batch_size=config.rollout.generation_batch_size
+            )
+        if main and action == "replace":  # the inputs loaded: now the old checkpoints may go
+            ids.remove_checkpoints(checkpoint_dir)
         if tracker is not None:
+            hashes = {**(data_hashes or {}), "tasks.train": ours.data_hash}
+            if validation:
+                hashes["tasks.validation"] = ids.rows_hash(validation)
+            tags = {
+                "slca.fingerprint": ours.fingerprint,
+                "slca.data_hash": ours.data_hash,
+                "slca.estimator": ours.estimator,
+            }
             tracker.start(
                 run_name=config.run_name or config.algorithm.advantage.estimator,
                 resume_run_id=run_id,
+                tags=tags,
             )
-            tracker.log_params(config.model_dump(mode="json"), data_hashes=data_hashes)
+            ours = dataclasses.replace(
+                ours,
+                run_id=tracker.run_id,
+                experiment=config.experiment,
+                tracking_uri=tracker.tracking_uri,
+            )
+            tracker.log_params(config.model_dump(mode="json"), data_hashes=hashes)
+        if main:
+            ids.write_identity(checkpoint_dir, ours)
         trainer = Trainer(
             config,
             tasks=tasks,
@@ -407,15 +527,19 @@ def training_session(
             update=update,
             rollout_engine=rollout_engine,
             simulator=Simulator(),
-            checkpoint_dir=config.checkpoint_dir,
+            checkpoint_dir=checkpoint_dir,
             reference=reference,
             tracker=tracker,
             progress=progress if main else None,
             run_id=None if tracker is None else tracker.run_id,
             validation_tasks=validation,
         )
-        if checkpoint is not None:
+        if action == "resume":
             trainer.restore()
+            if tracker is not None:
+                trainer.state.run_id = tracker.run_id
+                for path in complete_checkpoints(checkpoint_dir):  # uploads cut short
+                    tracker.log_checkpoint(path, int(path.name.split("_")[1]))
         yield trainer
         if not trainer.done:
             raise RuntimeError(
@@ -424,20 +548,27 @@ def training_session(
         weights = update.state_dict_for_rollout()  # every rank: ZeRO-3 gathers
         if not main:
             return
-        with io.atomic_dir(config.out_dir) as tmp:
+        ids.check_output(out_dir, ours, overwrite=overwrite, run_file=RUN_FILE)
+        with io.atomic_dir(out_dir) as tmp:
             update.module.save_pretrained(tmp, state_dict=weights)
             tokenizer.save_pretrained(tmp)
-            if tracker is not None:
-                run = {"run_id": tracker.run_id, "experiment": config.experiment}
-                (Path(tmp) / RUN_FILE).write_text(json.dumps(run, indent=2) + "\n")
-        if tracker is None:
-            return
-        from slca.tracking import write_curves
+            run = {
+                "run_id": ours.run_id,
+                "experiment": config.experiment,
+                "estimator": ours.estimator,
+                "fingerprint": ours.fingerprint,
+                "data_hash": ours.data_hash,
+                "steps": config.steps,
+            }
+            (Path(tmp) / RUN_FILE).write_text(json.dumps(run, indent=2) + "\n")
+        if tracker is not None:
+            from slca.tracking import write_curves
 
-        logged = load_causal_lm(config.out_dir)[0] if sharded else update.module
-        tracker.log_model(logged, tokenizer)
-        if config.curve_path is not None:
-            write_curves(tracker.run_id, config.curve_path, tracking_uri=tracker.tracking_uri)
+            logged = load_causal_lm(out_dir)[0] if sharded else update.module
+            tracker.log_model(logged, tokenizer)
+            if config.curve_path is not None:
+                write_curves(tracker.run_id, config.curve_path, tracking_uri=tracker.tracking_uri)
+        ids.write_identity(checkpoint_dir, ids.completed(ours))
 
 
 def _vllm_rollout_engine(config: TrainConfig, init_dir: Path, tokenizer: Any) -> Any:
@@ -464,7 +595,8 @@ def _tracker(config: TrainConfig, enabled: bool) -> Iterator[Any]:
         return
     from slca.tracking import Tracker
 
-    with Tracker(config.tracking_dir, experiment=config.experiment) as tracker:
+    # the store's writer lock now: a second writer is refused before any expensive work
+    with Tracker(config.tracking_dir, experiment=config.experiment).lock() as tracker:
         yield tracker
 
 
@@ -511,11 +643,13 @@ def fitting_tasks(tasks: list[Any], tokenizer: Any, max_prompt_tokens: int) -> l
 
 
 def data_hashes(in_dir: str | Path) -> dict[str, str]:
-    """The manifest's content hashes per split, for the run's params."""
+    """The manifest's content hashes per split (``manifest.<split>``), for the run's
+    params; the run adds ``tasks.train``, the hash of the rows it trains on."""
     manifest = Path(in_dir) / "manifest.json"
     if not manifest.exists():
         return {}
-    return {f"tasks.{k}": v for k, v in json.loads(manifest.read_text())["content_sha256"].items()}
+    hashes = json.loads(manifest.read_text())["content_sha256"]
+    return {f"manifest.{k}": v for k, v in hashes.items()}
 
 
 def progress_bar(desc: str, total: int | None = None) -> Any:
@@ -523,10 +657,14 @@ def progress_bar(desc: str, total: int | None = None) -> Any:
     step count, and the loss (SFT) or the tool and summary rewards (RL)."""
     from tqdm.auto import tqdm
 
+    bars: list[Any] = []  # drawn at the first step: a run refused at its start prints one line
     # under a data-parallel launcher only rank 0 shows one
-    bar = tqdm(total=total, desc=desc, unit="step", disable=os.environ.get("RANK", "0") != "0")
+    hidden = os.environ.get("RANK", "0") != "0"
 
     def update(step: int, figures: Any) -> None:
+        if not bars:
+            bars.append(tqdm(total=total, desc=desc, unit="step", disable=hidden))
+        bar = bars[0]
         if isinstance(figures, dict):
             shown = {k.split("/")[-1]: f"{figures[k]:.3f}" for k in ("reward/tool", "reward/sum")}
             bar.set_postfix(shown, refresh=False)
@@ -543,7 +681,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("step", choices=["base_model", "sft", "summary_rm", "train"])
     parser.add_argument("--params", default="params.yaml")
-    parser.add_argument("--resume", action="store_true", help="train: continue the last run")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="train: continue the run whose checkpoints are in train.checkpoint_dir "
+        "(refused for another configuration's)",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="train: replace another run's checkpoints and output (after the inputs load)",
+    )
     add_override_option(parser, "train.steps=4")
     args = parser.parse_args(argv)
     try:
@@ -561,10 +709,16 @@ def main(argv: list[str] | None = None) -> int:
             config = load_section(args.params, "train", TrainConfig, overrides)
             hashes = data_hashes(config.in_dir)
             bar = progress_bar(f"train {config.estimator}", total=config.steps)
-            run_id = run_train(config, resume=args.resume, progress=bar, data_hashes=hashes)
+            run_id = run_train(
+                config,
+                resume=args.resume,
+                overwrite=args.overwrite,
+                progress=bar,
+                data_hashes=hashes,
+            )
             if run_id is not None:  # rank 0 (the others track nothing)
                 print(run_id)
-    except (ConfigError, ValueError, FileNotFoundError) as exc:
+    except (ConfigError, ValueError, OSError) as exc:
         print(f"{args.step} failed: {exc}", file=sys.stderr)
         return 1
     return 0

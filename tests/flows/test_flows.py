@@ -77,7 +77,7 @@ def runs(prefect_harness, tmp_path_factory, write_tiny_params):
         out["failed"] = failed
         out["failed_calls"] = dict(calls.counts)
     out["after_failure"] = snapshot(root)
-    out["checkpoints_after_failure"] = sorted(p.name for p in (root / "ckpt/grpo").iterdir())
+    out["checkpoints_after_failure"] = sorted(p.name for p in (root / "ckpt/grpo").glob("step_*"))
 
     with MonkeyPatch.context() as mp:
         calls = Calls(mp)
@@ -201,7 +201,9 @@ def test_each_rl_cycle_runs_as_rollout_score_and_update_tasks(runs):
             )
 
     names = asyncio.run(task_names())
-    assert names == sorted(["train-plan", "train-done", *["rollout", "score", "update"] * 2]), names
+    # validation gates training: the flow runs (here: skips, up to date) validate first
+    expected = ["validate", "train-plan", "train-done", *["rollout", "score", "update"] * 2]
+    assert names == sorted(expected), names
 
 
 def test_cli_eval_and_report_on_the_pipeline_models(runs, monkeypatch, tmp_path):

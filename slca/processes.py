@@ -1,0 +1,128 @@
+"""Servers die with their owner: child processes that never outlive the process that
+started them, kill -9 included.
+
+Two pieces, both plain standard library:
+
+- :func:`die_with_parent`: a ``preexec_fn`` asking the kernel to send the child
+  SIGTERM when its parent dies (Linux ``prctl(PR_SET_PDEATHSIG)``); for a child that
+  has no children of its own (Prefect's ephemeral uvicorn server).
+- :func:`supervise` (``python -m slca.processes --parent PID -- command …``): a small
+  supervisor for a server that starts workers of its own (``mlflow ui``, ``prefect
+  server start``). It runs the command in its own process group and stops the whole
+  group, workers included, when it is told to (SIGTERM, SIGINT, SIGHUP) or when its
+  parent dies: the parent-death signal, and, where the kernel has none, by watching
+  the parent's PID.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+PR_SET_PDEATHSIG = 1
+GRACE_S = 10.0
+"""How long a stopped group has to exit after SIGTERM before it is killed."""
+
+
+def _set_parent_death_signal(signum: int) -> None:
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0)
+
+
+def die_with_parent(signum: int = signal.SIGTERM) -> Callable[[], None]:
+    """A ``preexec_fn`` for ``subprocess.Popen``: the child gets ``signum`` when the
+    process that started it dies (kill -9 included), and exits at once if that process
+    died before the child could ask."""
+    parent = os.getpid()
+
+    def preexec() -> None:
+        _set_parent_death_signal(signum)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return preexec
+
+
+def supervised(command: Sequence[str]) -> list[str]:
+    """``command`` run under :func:`supervise` on behalf of this process."""
+    return [sys.executable, "-m", "slca.processes", "--parent", str(os.getpid()), "--", *command]
+
+
+def supervise(parent: int, command: Sequence[str], poll_s: float = 0.2) -> int:
+    """Run ``command`` in this process's group until it exits, a stop signal arrives,
+    or ``parent`` dies; then stop the group. Returns the command's exit status."""
+    _set_parent_death_signal(signal.SIGTERM)
+    with contextlib.suppress(OSError):  # already a group leader under start_new_session
+        os.setpgid(0, 0)
+    stop = []
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, lambda s, _f: stop.append(s))
+    if os.getppid() != parent:
+        return 1
+    child = subprocess.Popen(list(command))
+    while child.poll() is None and not stop and os.getppid() == parent:
+        time.sleep(poll_s)
+    if child.poll() is None:
+        _stop_group(child)
+    return child.returncode if child.returncode is not None else 1
+
+
+def _stop_group(child: subprocess.Popen) -> None:
+    group = os.getpgid(0)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the group signal reaches us too
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(group, signal.SIGTERM)
+    deadline = time.monotonic() + GRACE_S
+    while time.monotonic() < deadline:
+        child.poll()
+        if child.returncode is not None and not _others_in_group(group):
+            return
+        time.sleep(0.1)
+    for pid in _others_in_group(group):  # stragglers
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    child.wait()
+
+
+def _others_in_group(group: int) -> list[int]:
+    """Live processes of process group ``group`` other than this one (from /proc)."""
+    found = []
+    try:
+        entries = list(os.scandir("/proc"))
+    except OSError:  # no /proc: nothing to list
+        return found
+    for entry in entries:
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) == group:  # state, ppid, pgrp
+            found.append(int(entry.name))
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m slca.processes", description=__doc__)
+    parser.add_argument("--parent", type=int, required=True, help="PID whose death stops it")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- command and arguments")
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command given")
+    return supervise(args.parent, command)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
