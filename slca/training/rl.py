@@ -26,7 +26,7 @@ from slca.advantages import compute_advantages
 from slca.config import TrainConfig
 from slca.data.record import TaskRecord
 from slca.eval.in_domain import in_domain_metrics
-from slca.losses import policy_loss
+from slca.losses import aggregation_units, policy_loss
 from slca.rewards.config import RewardConfig
 from slca.rewards.score import RewardBreakdown, per_block_rewards, score_batch
 from slca.rollout.engines import Engine, SamplingParams
@@ -35,6 +35,7 @@ from slca.rollout.types import Rollout
 from slca.segments import head_masks, union_mask
 from slca.simulator import Simulator
 from slca.training.batch import Batch, collate, first_position, token_logprobs
+from slca.training.diagnostics import step_diagnostics
 from slca.training.engines import CLIENT_STATE, ENGINE_STATE, UpdateEngine, explain_oom
 
 
@@ -267,12 +268,12 @@ class Trainer:
         self.state.tasks_drawn += len(tasks)
         elapsed = time.perf_counter() - started
         w = algorithm.advantage.weights
+        totals = [w.get("tool", 1.0) * s.tool + w.get("summary", 1.0) * s.summary for s in scores]
         metrics = {
             "reward/tool": _mean(s.tool for s in scores),
             "reward/sum": _mean(s.summary for s in scores),
-            "reward/total": _mean(
-                w.get("tool", 1.0) * s.tool + w.get("summary", 1.0) * s.summary for s in scores
-            ),
+            "reward/total": _mean(totals),
+            **step_diagnostics(rollouts, scores, totals, advantages, loss_mask),
             **{k: float(v) for k, v in adv_metrics.items()},
             **actor,
             "rollout/tool_calls_per_task": _mean(len(r.calls) for r in rollouts),
@@ -355,12 +356,14 @@ class Trainer:
         totals: dict[str, float] = {}
         weight_sum = 0.0
         grad_norms = []
-        for _ in range(cfg.update.epochs):
+        how = loss_cfg.aggregation
+        gaps: list[tuple[float, float]] = []
+        for epoch in range(cfg.update.epochs):
             order = torch.randperm(n, generator=generator)
             for m in range(cfg.update.minibatches):
                 rows = order[m * per_minibatch : (m + 1) * per_minibatch]
-                tokens = float(loss_mask[rows].sum())
-                if tokens == 0:
+                units = aggregation_units(loss_mask[rows], how)
+                if units == 0:
                     continue
                 self.update.zero_grad()
                 finite = True
@@ -374,7 +377,8 @@ class Trainer:
                     sub = batch.select(micro)
                     width = sub.input_ids.shape[1]
                     mask = loss_mask[micro, :width]
-                    share = float(mask.sum()) / tokens  # exact token-mean over the minibatch
+                    # the micro-batch's weight in the minibatch's loss, exact for every mode
+                    share = aggregation_units(mask, how) / units
                     logp, entropy = token_logprobs(
                         model,
                         sub.input_ids,
@@ -392,8 +396,11 @@ class Trainer:
                         clip_high=loss_cfg.clip_high,
                         ref_logp=None if ref is None else ref[micro, :width],
                         kl_coef=loss_cfg.kl_coef,
-                        aggregation=loss_cfg.aggregation,
+                        aggregation=how,
+                        norm_length=cfg.loss_norm_length,
                     )
+                    if epoch == 0 and m == 0:  # before any optimizer step of this batch
+                        gaps.append((_logprob_gap(logp, sub, mask), float(mask.sum())))
                     if not torch.isfinite(loss):
                         finite = False
                         break
@@ -411,6 +418,11 @@ class Trainer:
         out = {k: v / weight_sum for k, v in totals.items()} if weight_sum else {}
         if grad_norms:
             out["actor/grad_norm"] = sum(grad_norms) / len(grad_norms)
+        out["actor/lr"] = float(self.update.current_lr())
+        if gaps:
+            out["actor/rollout_logprob_diff"] = sum(g * w for g, w in gaps) / sum(
+                w for _, w in gaps
+            )
         out["actor/skipped_steps"] = float(self.state.skipped_steps)
         return out
 
@@ -505,6 +517,14 @@ def _block_reward_matrix(rollouts, scores) -> Tensor:
     for i, rewards in enumerate(per_block):
         out[i, : len(rewards)] = torch.tensor(rewards)
     return out
+
+
+def _logprob_gap(logp: Tensor, sub: Batch, mask: Tensor) -> float:
+    """Mean |trainer log-prob − sampling engine's log-prob| over ``mask``: ~0 when the
+    trainer scores tokens as the engine sampled them (same weights, temperature and
+    masking); a gap makes the PPO ratio of a reused batch wrong."""
+    engine = sub.old_logprobs.to(logp.device)
+    return float((logp.detach() - engine)[mask].abs().mean())
 
 
 def _mean(values) -> float:
