@@ -35,6 +35,7 @@ from slca.rewards.config import RewardConfig
 from slca.rewards.score import RewardBreakdown, score_batch
 from slca.rollout.engines import Engine, SamplingParams
 from slca.rollout.loop import RolloutLimits, run_rollouts
+from slca.rollout.types import is_truncated
 from slca.simulator import Simulator
 
 PARTS = ("format", "name", "key", "value", "parallel", "tool", "success")
@@ -100,8 +101,7 @@ def measure(
         "tasks": len(tasks),
         "group_size": group_size,
         "temperature": temperature,
-        "truncated_frac": sum(r.finish_reason in ("max_tokens", "max_bytes") for r in rollouts)
-        / len(rollouts),
+        "truncated_frac": sum(is_truncated(r) for r in rollouts) / len(rollouts),
         "parts": headroom_of(groups),
     }
 

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from slca.rewards.score import RewardBreakdown
-from slca.rollout.types import Rollout
+from slca.rollout.types import Rollout, is_truncated
 
 PARTS = ("format", "name", "key", "value", "parallel")
 """The HierR process parts, logged as ``reward/<part>`` every step."""
@@ -80,9 +80,3 @@ def step_diagnostics(
         if cut.any():
             out["adv/truncated_mean"] = float(advantages[cut].mean())
     return out
-
-
-def is_truncated(rollout: Rollout) -> bool:
-    """Cut off by a length limit (``max_new_tokens``, ``max_total_tokens`` or
-    ``max_turn_bytes``) before the policy ended its turn."""
-    return rollout.finish_reason in ("max_tokens", "max_bytes")

@@ -2,8 +2,8 @@ import pytest
 import torch
 
 from slca.rewards.score import RewardBreakdown
-from slca.rollout.types import Rollout
-from slca.training.diagnostics import PARTS, is_truncated, step_diagnostics
+from slca.rollout.types import Rollout, is_truncated
+from slca.training.diagnostics import PARTS, step_diagnostics
 
 
 def rollout(policy_tokens: int, finish: str) -> Rollout:
