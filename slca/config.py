@@ -233,6 +233,15 @@ class RolloutConfig(StrictModel):
     generation_batch_size: int = Field(32, ge=1)
     """Prompts per transformers ``generate`` call."""
 
+    @model_validator(mode="after")
+    def _room_for_a_prompt(self) -> RolloutConfig:
+        if self.max_total_tokens <= self.max_new_tokens:
+            raise ValueError(
+                f"max_total_tokens ({self.max_total_tokens}) must exceed max_new_tokens "
+                f"({self.max_new_tokens}): no task's prompt fits beside one turn"
+            )
+        return self
+
 
 class UpdateConfig(StrictModel):
     """How the policy is updated from one step's rollouts."""

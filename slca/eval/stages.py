@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from slca.config import (
     ConfigError,
@@ -105,6 +105,16 @@ class EvaluateParams(StrictModel):
     """τ²-bench on its real environments."""
     rewards: RewardConfig = Field(default_factory=lambda: RewardConfig(mode="process"))
     """The scorer (process mode: against gold)."""
+
+    @model_validator(mode="after")
+    def _room_for_a_prompt(self) -> EvaluateParams:
+        if self.max_total_tokens <= self.max_new_tokens:
+            raise ValueError(
+                f"max_total_tokens ({self.max_total_tokens}) must exceed max_new_tokens "
+                f"({self.max_new_tokens}): no task's prompt fits beside one turn"
+            )
+        return self
+
     tracking_dir: str | None = "mlflow"
     """MLflow store the metrics go to; null logs nothing."""
     experiment: str = "slca"
