@@ -141,7 +141,13 @@ class LossConfig(StrictModel):
     kl_coef: float = Field(0.001, ge=0)
     """Weight of the k3 KL to the frozen reference in the loss; 0 disables the reference."""
     aggregation: Aggregation = "token-mean"
-    """token-mean (every token weighs the same) or seq-mean-token-mean."""
+    """How per-token losses become one: ``token-mean`` (every token of the minibatch
+    weighs the same), ``seq-mean-token-mean`` (every rollout weighs the same: GRPO) or
+    ``seq-mean-token-sum-norm`` (token sums over a constant, then the mean over rollouts:
+    Dr. GRPO's length-unbiased form)."""
+    norm_length: int | None = Field(None, ge=1)
+    """``seq-mean-token-sum-norm`` only: the constant token count each rollout's sum is
+    divided by; null: the rollout budget, ``rollout.max_new_tokens × rollout.max_turns``."""
     clip_ratio_c: float | None = Field(None, gt=1)
     """Dual clip (verl's ``clip_ratio_c``, Ye et al. 2020): a token with a negative
     advantage loses at most ``-A · clip_ratio_c``, however far its ratio has grown.
@@ -297,6 +303,15 @@ class RolloutConfig(StrictModel):
     vllm: VLLMConfig = Field(default_factory=VLLMConfig)
     """The vLLM engine when ``engine`` is ``vllm``: precision, memory share, parallelism."""
 
+    @model_validator(mode="after")
+    def _room_for_a_prompt(self) -> RolloutConfig:
+        if self.max_total_tokens <= self.max_new_tokens:
+            raise ValueError(
+                f"max_total_tokens ({self.max_total_tokens}) must exceed max_new_tokens "
+                f"({self.max_new_tokens}): no task's prompt fits beside one turn"
+            )
+        return self
+
 
 class UpdateConfig(StrictModel):
     """How the policy is updated from one step's rollouts."""
@@ -426,6 +441,12 @@ class TrainConfig(StrictModel):
     @classmethod
     def _baseline_registered(cls, name: str) -> str:
         return AdvantageConfig._registered(name)
+
+    @property
+    def loss_norm_length(self) -> float:
+        """The constant divisor of ``seq-mean-token-sum-norm`` (see LossConfig.norm_length)."""
+        given = self.algorithm.loss.norm_length
+        return float(given or self.rollout.max_new_tokens * self.rollout.max_turns)
 
     @model_validator(mode="after")
     def _per_call_has_rewards(self) -> TrainConfig:

@@ -10,8 +10,8 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-Aggregation = Literal["token-mean", "seq-mean-token-mean"]
-AGGREGATIONS: tuple[str, ...] = ("token-mean", "seq-mean-token-mean")
+Aggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+AGGREGATIONS: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 
 def k3_kl(logp: Tensor, ref_logp: Tensor) -> Tensor:
@@ -23,24 +23,51 @@ def k3_kl(logp: Tensor, ref_logp: Tensor) -> Tensor:
     return torch.exp(log_ratio) - log_ratio - 1.0
 
 
-def aggregate(values: Tensor, mask: Tensor, how: Aggregation = "token-mean") -> Tensor:
+def aggregate(
+    values: Tensor, mask: Tensor, how: Aggregation = "token-mean", norm_length: float = 1.0
+) -> Tensor:
     """Reduce ``(B, T)`` per-token values over ``mask`` to a scalar.
 
     ``token-mean``: mean over all masked tokens of the batch (long rollouts weigh
     more). ``seq-mean-token-mean``: mean over tokens within each sequence, then
-    over sequences that have at least one masked token. With no masked token the
-    result is 0 and still connected to the graph, so ``backward()`` works.
+    over sequences that have at least one masked token (each sequence weighs the same,
+    so a token of a long sequence weighs less: GRPO's length bias).
+    ``seq-mean-token-sum-norm``: sum over tokens within each sequence divided by the
+    constant ``norm_length``, then the mean over sequences with a masked token
+    (Dr. GRPO: every token weighs the same, and, unlike token-mean, the weight does not
+    depend on how many tokens the batch holds). With no masked token the result is 0
+    and still connected to the graph, so ``backward()`` works.
     """
     weight = mask.to(values.dtype)
     masked = values * weight
     if how == "token-mean":
         return masked.sum() / weight.sum().clamp(min=1.0)
-    if how == "seq-mean-token-mean":
+    if how in ("seq-mean-token-mean", "seq-mean-token-sum-norm"):
         per_seq_count = weight.sum(dim=1)
-        per_seq = masked.sum(dim=1) / per_seq_count.clamp(min=1.0)
+        if how == "seq-mean-token-mean":
+            per_seq = masked.sum(dim=1) / per_seq_count.clamp(min=1.0)
+        else:
+            if norm_length <= 0:
+                raise ValueError(f"norm_length must be > 0, got {norm_length}")
+            per_seq = masked.sum(dim=1) / norm_length
         has_tokens = (per_seq_count > 0).to(values.dtype)
         return (per_seq * has_tokens).sum() / has_tokens.sum().clamp(min=1.0)
     raise ValueError(f"unknown loss aggregation {how!r}; valid: {', '.join(AGGREGATIONS)}")
+
+
+def aggregation_units(mask: Tensor, how: Aggregation = "token-mean") -> float:
+    """What :func:`aggregate` averages over in ``mask (B, T)``: masked tokens
+    (``token-mean``) or sequences with a masked token (the ``seq-mean-*`` modes).
+
+    A loss over a minibatch split into micro-batches is the sum of each micro-batch's
+    aggregate weighted by its units over the minibatch's units; this keeps the split
+    exact for every mode.
+    """
+    if how not in AGGREGATIONS:
+        raise ValueError(f"unknown loss aggregation {how!r}; valid: {', '.join(AGGREGATIONS)}")
+    if how == "token-mean":
+        return float(mask.sum())
+    return float(mask.any(dim=1).sum()) if mask.shape[1] else 0.0
 
 
 def policy_loss(
@@ -55,6 +82,7 @@ def policy_loss(
     kl_coef: float = 0.0,
     aggregation: Aggregation = "token-mean",
     clip_ratio_c: float | None = None,
+    norm_length: float = 1.0,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO-style clipped surrogate per token, plus ``kl_coef ·`` k3 KL, aggregated.
 
@@ -67,7 +95,9 @@ def policy_loss(
             (separate bounds, as in DAPO's clip-higher).
         ref_logp: ``(B, T)`` log-probs under the frozen reference; needed when ``kl_coef > 0``.
         kl_coef: weight of the k3 KL term in the loss.
-        aggregation: ``token-mean`` or ``seq-mean-token-mean``.
+        aggregation: ``token-mean``, ``seq-mean-token-mean`` or
+            ``seq-mean-token-sum-norm`` (see :func:`aggregate`).
+        norm_length: the constant divisor of ``seq-mean-token-sum-norm``.
         clip_ratio_c: dual clip (verl's, Ye et al. 2020), > 1: a token with a negative
             advantage loses ``min(-A · clip_ratio_c, clipped surrogate)``, so a ratio
             far above ``1 + clip_high`` cannot grow its loss (and gradient) without
@@ -109,7 +139,7 @@ def policy_loss(
         lower = -advantages * clip_ratio_c
         dual_bound = (advantages < 0) & (pg_per_token > lower)
         pg_per_token = torch.where(dual_bound, lower, pg_per_token)
-    pg_loss = aggregate(pg_per_token, mask, aggregation)
+    pg_loss = aggregate(pg_per_token, mask, aggregation, norm_length)
     loss = pg_loss
 
     metrics = {
@@ -124,5 +154,5 @@ def policy_loss(
         kl = k3_kl(torch.where(mask, logp, 0.0), torch.where(mask, ref_logp, 0.0))
         metrics["actor/kl"] = aggregate(kl.detach(), mask)
         if kl_coef > 0:
-            loss = loss + kl_coef * aggregate(kl, mask, aggregation)
+            loss = loss + kl_coef * aggregate(kl, mask, aggregation, norm_length)
     return loss, metrics

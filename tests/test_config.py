@@ -238,3 +238,46 @@ def test_a_profile_and_a_setting_it_contradicts_are_refused_at_load(tmp_path, bo
     with pytest.raises(ConfigError, match=message) as info:
         load_section(path, "train", TrainConfig)
     assert str(path) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ("steps: 0", r"train.steps: Input should be greater than or equal to 1"),
+        ("rollout:\n  tasks_per_step: 0", r"train.rollout.tasks_per_step: Input should be"),
+        (
+            "rollout:\n  max_total_tokens: 96\n  max_new_tokens: 96",
+            r"train.rollout: .*max_total_tokens \(96\) must exceed max_new_tokens \(96\)",
+        ),
+        (
+            "algorithm:\n  loss:\n    norm_length: 0",
+            r"train.algorithm.loss.norm_length: Input should be greater than or equal to 1",
+        ),
+        ("rewards:\n  truncation:\n    penalty: -1", r"train.rewards.truncation.penalty"),
+    ],
+)
+def test_a_run_that_cannot_happen_is_refused_at_load_naming_the_key(tmp_path, body, message):
+    from slca.config import TrainConfig
+
+    indented = "\n".join("  " + line for line in body.splitlines())
+    path = write(tmp_path, "train:\n" + indented + "\n")
+    with pytest.raises(ConfigError, match=message) as info:
+        load_section(path, "train", TrainConfig)
+    assert str(path) in str(info.value)
+
+
+def test_an_evaluation_without_room_for_a_prompt_is_refused_naming_the_keys(tmp_path):
+    from slca.eval.stages import EvaluateParams
+
+    path = write(tmp_path, "evaluate:\n  max_total_tokens: 64\n  max_new_tokens: 96\n")
+    with pytest.raises(ConfigError, match=r"evaluate: .*max_total_tokens \(64\) must exceed"):
+        load_section(path, "evaluate", EvaluateParams)
+
+
+def test_the_length_unbiased_loss_divides_by_the_rollout_budget_unless_told():
+    from slca.config import TrainConfig
+
+    config = TrainConfig.model_validate({"rollout": {"max_new_tokens": 50, "max_turns": 3}})
+    assert config.loss_norm_length == 150.0
+    told = TrainConfig.model_validate({"algorithm": {"loss": {"norm_length": 64}}})
+    assert told.loss_norm_length == 64.0

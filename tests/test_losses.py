@@ -5,7 +5,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slca.losses import aggregate, k3_kl, policy_loss
+from slca.losses import AGGREGATIONS, aggregate, aggregation_units, k3_kl, policy_loss
 
 
 def test_on_policy_loss_is_minus_the_mean_advantage_and_nothing_is_clipped():
@@ -56,11 +56,16 @@ def test_aggregations_known_answers():
     mask = torch.tensor([[True, True, False], [True, False, False], [False, False, False]])
     assert aggregate(values, mask, "token-mean").item() == pytest.approx(14 / 3)
     assert aggregate(values, mask, "seq-mean-token-mean").item() == pytest.approx((2 + 10) / 2)
+    # Dr. GRPO: token sums over a constant, then the mean over the two rollouts with tokens
+    sum_norm = aggregate(values, mask, "seq-mean-token-sum-norm", norm_length=4.0)
+    assert sum_norm.item() == pytest.approx((4 / 4 + 10 / 4) / 2)
+    with pytest.raises(ValueError, match="norm_length must be > 0"):
+        aggregate(values, mask, "seq-mean-token-sum-norm", norm_length=0.0)
     with pytest.raises(ValueError, match="unknown loss aggregation 'sum'"):
         aggregate(values, mask, "sum")
 
 
-@pytest.mark.parametrize("aggregation", ["token-mean", "seq-mean-token-mean"])
+@pytest.mark.parametrize("aggregation", AGGREGATIONS)
 def test_empty_mask_gives_zero_loss_that_still_backpropagates(aggregation):
     logp = torch.randn(2, 3, requires_grad=True)
     loss, _ = policy_loss(
@@ -78,7 +83,7 @@ def test_empty_mask_gives_zero_loss_that_still_backpropagates(aggregation):
     B=st.integers(1, 4),
     T=st.integers(1, 6),
     seed=st.integers(0, 10_000),
-    aggregation=st.sampled_from(["token-mean", "seq-mean-token-mean"]),
+    aggregation=st.sampled_from(AGGREGATIONS),
 )
 def test_tokens_with_zero_advantage_and_no_kl_get_zero_policy_gradient(B, T, seed, aggregation):
     gen = torch.Generator().manual_seed(seed)
@@ -184,3 +189,22 @@ def test_dual_clip_is_verls_rule(ratio, adv, c):
     clipped = max(-adv * ratio, -adv * min(max(ratio, 0.8), 1.2))
     want = min(clipped, -adv * c) if adv < 0 else clipped
     assert got.item() == pytest.approx(want, rel=1e-5, abs=1e-5)
+
+
+@pytest.mark.parametrize("aggregation", AGGREGATIONS)
+def test_micro_batches_weighted_by_their_units_give_the_whole_batch_loss(aggregation):
+    """The trainer splits a minibatch into micro-batches and weighs each one's loss by
+    its aggregation units; that must equal the loss of the whole minibatch."""
+    gen = torch.Generator().manual_seed(3)
+    values = torch.randn(6, 5, generator=gen)
+    mask = torch.rand(6, 5, generator=gen) < 0.6
+    mask[2] = False  # a rollout with no loss token
+    whole = aggregate(values, mask, aggregation, norm_length=5.0)
+    units = aggregation_units(mask, aggregation)
+    split = sum(
+        aggregate(values[rows], mask[rows], aggregation, norm_length=5.0)
+        * aggregation_units(mask[rows], aggregation)
+        / units
+        for rows in (slice(0, 2), slice(2, 3), slice(3, 6))
+    )
+    assert split.item() == pytest.approx(whole.item(), rel=1e-6)

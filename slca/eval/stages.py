@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from slca.config import (
     ConfigError,
@@ -113,6 +113,16 @@ class EvaluateParams(StrictModel):
     """τ²-bench on its real environments."""
     rewards: RewardConfig = Field(default_factory=lambda: RewardConfig(mode="process"))
     """The scorer (process mode: against gold)."""
+
+    @model_validator(mode="after")
+    def _room_for_a_prompt(self) -> EvaluateParams:
+        if self.max_total_tokens <= self.max_new_tokens:
+            raise ValueError(
+                f"max_total_tokens ({self.max_total_tokens}) must exceed max_new_tokens "
+                f"({self.max_new_tokens}): no task's prompt fits beside one turn"
+            )
+        return self
+
     tracking_dir: str | None = "mlflow"
     """MLflow store the metrics go to; null logs nothing."""
     experiment: str = "slca"
@@ -314,6 +324,32 @@ def _tau2_tasks(params: EvaluateParams) -> list[TaskRecord]:
     return _eval_tasks(params, "tau2", params.tau2.domains, params.tau2.max_per_domain)
 
 
+def transcript(rollout: Any) -> list[dict[str, Any]]:
+    """Every policy turn of a rollout as the model wrote it: the raw text, the calls
+    parsed from it (with the response each executed call got), and the error of each
+    malformed call block. What a per-task line keeps so a failure can be inspected."""
+    responses: dict[int, list[Any]] = {}
+    for call in rollout.calls:
+        responses.setdefault(call.turn, []).append(call.response)
+    turns = []
+    for number, turn in enumerate(rollout.turns):
+        answered = iter(responses.get(number, ()))
+        calls = []
+        for call in turn.parsed.calls:
+            entry = {"name": call.name, "arguments": call.arguments}
+            response = next(answered, _NOT_RUN)
+            if response is not _NOT_RUN:
+                entry["response"] = response
+            calls.append(entry)
+        errors = [b.error.message for b in turn.parsed.blocks if b.error is not None]
+        turns.append({"text": turn.text, "calls": calls, "call_errors": errors})
+    return turns
+
+
+_NOT_RUN = object()
+"""A parsed call the loop never ran (its turn was cut off): no response to show."""
+
+
 def _score_in_domain(params: EvaluateParams, tasks: list[TaskRecord], rollouts: Any):
     from slca.eval.in_domain import in_domain_metrics
     from slca.rewards.score import score_batch
@@ -331,6 +367,7 @@ def _score_in_domain(params: EvaluateParams, tasks: list[TaskRecord], rollouts: 
             "redundant": b.redundant_calls,
             "finish": r.finish_reason,
             "answer": r.summary[:500],
+            "turns": transcript(r),
         }
         for t, r, b in zip(tasks, done, breakdowns)
     ]
@@ -345,11 +382,11 @@ def _score_bfcl(params: EvaluateParams, tasks: list[TaskRecord], rollouts: Any):
 
     single = [t for t in tasks if t.domain != MULTI_TURN]
     multi = [t for t in tasks if t.domain == MULTI_TURN]
-    verdicts = []
+    verdicts, single_done, multi_done = [], [], []
     if single:
         with Simulator(seed=params.seed) as simulator:
-            done = rollouts("bfcl", single, simulator, 1)
-        verdicts += [bfcl.check_rollout(t, r) for t, r in zip(single, done)]
+            single_done = rollouts("bfcl", single, simulator, 1)
+        verdicts += [bfcl.check_rollout(t, r) for t, r in zip(single, single_done)]
     if multi:
         later = {t.id: bfcl_multi_turn.follow_ups(t.id) for t in multi}
         with bfcl_multi_turn.MultiTurnExecutor() as executor:
@@ -357,9 +394,10 @@ def _score_bfcl(params: EvaluateParams, tasks: list[TaskRecord], rollouts: Any):
                 "bfcl multi_turn", multi, executor, params.bfcl.max_steps_per_turn, later
             )
         verdicts += [bfcl_multi_turn.check_rollout(t, r) for t, r in zip(multi, done)]
+        multi_done = done
     lines = [
-        {"task_id": t.id, "valid": v.valid, "error_type": v.error_type}
-        for t, v in zip(single + multi, verdicts)
+        {"task_id": t.id, "valid": v.valid, "error_type": v.error_type, "turns": transcript(r)}
+        for t, v, r in zip(single + multi, verdicts, single_done + multi_done)
     ]
     return bfcl.accuracy(verdicts), lines
 
@@ -380,7 +418,13 @@ def _score_tau2(params: EvaluateParams, tasks: list[TaskRecord], rollouts: Any):
         for t, r in zip(tasks, done)
     ]
     lines = [
-        {"task_id": t.id, "reward": res.reward, "calls": len(r.calls), "finish": r.finish_reason}
+        {
+            "task_id": t.id,
+            "reward": res.reward,
+            "calls": len(r.calls),
+            "finish": r.finish_reason,
+            "turns": transcript(r),
+        }
         for t, r, res in zip(tasks, done, results)
     ]
     return tau2.accuracy((t.id, res) for t, res in zip(tasks, results)), lines

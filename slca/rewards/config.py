@@ -119,6 +119,18 @@ class GroundedConfig(_Strict):
         return self
 
 
+class TruncationConfig(_Strict):
+    """Rollouts cut off by a length limit (``max_new_tokens``, ``max_total_tokens`` or
+    ``max_turn_bytes``) before the policy ended its turn."""
+
+    penalty: float = Field(0.0, ge=0)
+    """R_summary of a truncated rollout is ``-penalty``: its answer never ended, so the
+    summary scorer is not asked (the omission guard's penalty stands where it applies).
+    R_tool is unchanged: the calls made before the cut still count, and a call block cut
+    open already costs format. 0 turns it off: a truncated rollout then scores like one
+    that finished, so nothing rewards stopping."""
+
+
 class JudgeConfig(_Strict):
     """The ``judge`` summary scorer: an LLM rates the answer 1-5."""
 
@@ -196,5 +208,7 @@ class RewardConfig(_Strict):
     """Redundancy penalties."""
     guard: GuardConfig = Field(default_factory=GuardConfig)
     """The omission guard."""
+    truncation: TruncationConfig = Field(default_factory=TruncationConfig)
+    """What a rollout cut off by a length limit gets."""
     summary: SummaryConfig = Field(default_factory=SummaryConfig)
     """The R_summary scorer."""

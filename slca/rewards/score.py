@@ -9,7 +9,8 @@
    ``R_tool`` before clipping is negative, ``R_tool = 0`` and ``R_summary =
    guard.penalty``, whatever the summary says (the summary scorer is not asked);
 4. otherwise ``R_tool`` clipped to [0, 1] and ``R_summary`` from the configured
-   scorer (an empty summary scores 0 without asking it);
+   scorer (an empty summary scores 0 without asking it), or ``-truncation.penalty``
+   when that is set and a length limit cut the rollout off (its answer never ended);
 5. ``per_call``: one reward per executed call, in ``ExecutedCall.index`` order.
    Process mode: the call's name, key and value scores against the gold call it was
    matched to (weighted like R_tool's parts, renormalised; 0 when it matched none,
@@ -45,7 +46,7 @@ from slca.rewards.preference import (
 from slca.rewards.process import block_counts, call_correctness, format_score, process_parts
 from slca.rewards.redundancy import count_redundancy
 from slca.rewards.reference import gold_json, reference_text, route_penalty, score_text
-from slca.rollout.types import Rollout
+from slca.rollout.types import Rollout, is_truncated
 
 DEFAULT_CONFIG = RewardConfig()
 
@@ -90,6 +91,8 @@ class RewardBreakdown:
     """The scorer's score before the guard; None when it was not asked."""
     per_call: tuple[float, ...]
     """One reward per executed call, in ``ExecutedCall.index`` order."""
+    truncated: bool = False
+    """A length limit cut the rollout off before the policy ended its turn."""
 
     @property
     def redundant_calls(self) -> int:
@@ -245,10 +248,11 @@ def score_batch(
     """
     records = _resolve_tasks(rollouts, tasks)
     sides = [_tool_side(r, t, config) for r, t in zip(rollouts, records)]
+    penalised = [config.truncation.penalty > 0 and is_truncated(r) for r in rollouts]
     ask = [
         i
         for i, (side, r) in enumerate(zip(sides, rollouts))
-        if not side.guard and side.ask_summary and r.summary.strip()
+        if not side.guard and side.ask_summary and not penalised[i] and r.summary.strip()
     ]
     raw: dict[int, float] = {}
     if ask:
@@ -260,6 +264,8 @@ def score_batch(
     for i, side in enumerate(sides):
         if side.guard:
             summary, summary_raw = config.guard.penalty, None
+        elif penalised[i]:
+            summary, summary_raw = -config.truncation.penalty, None
         elif i in raw:
             summary = summary_raw = raw[i]
         else:  # no final answer, or an empty one
@@ -270,7 +276,14 @@ def score_batch(
                 fields["tool"], summary, fields["tool"] + summary, False
             )
             fields = {**fields, "tool": tool, "guard_applied": routed}
-        out.append(RewardBreakdown(summary=summary, summary_raw=summary_raw, **fields))
+        out.append(
+            RewardBreakdown(
+                summary=summary,
+                summary_raw=summary_raw,
+                truncated=is_truncated(rollouts[i]),
+                **fields,
+            )
+        )
     return out
 
 

@@ -87,3 +87,13 @@ class Rollout:
     @property
     def n_policy_tokens(self) -> int:
         return sum(self.policy_mask)
+
+
+TRUNCATED: tuple[FinishReason, ...] = ("max_tokens", "max_bytes")
+"""Finish reasons of a rollout cut off by a length limit (``max_turns`` is not one:
+the policy ended every turn, it just never stopped calling tools)."""
+
+
+def is_truncated(rollout: Rollout) -> bool:
+    """Cut off by a length limit before the policy ended its turn."""
+    return rollout.finish_reason in TRUNCATED

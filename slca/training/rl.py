@@ -45,6 +45,7 @@ from slca.segments import head_masks, union_mask
 from slca.simulator import Simulator
 from slca.simulator.core import SimulatorStats
 from slca.training.batch import Batch, collate, first_position, token_logprobs
+from slca.training.diagnostics import step_diagnostics
 from slca.training.engines import CLIENT_STATE, ENGINE_STATE, UpdateEngine, explain_oom
 
 
@@ -316,12 +317,12 @@ class Trainer:
         self.state.tasks_drawn += cfg.rollout.tasks_per_step
         elapsed = time.perf_counter() - started
         w = algorithm.advantage.weights
+        totals = [w.get("tool", 1.0) * s.tool + w.get("summary", 1.0) * s.summary for s in scores]
         metrics = {
             "reward/tool": _mean(s.tool for s in scores),
             "reward/sum": _mean(s.summary for s in scores),
-            "reward/total": _mean(
-                w.get("tool", 1.0) * s.tool + w.get("summary", 1.0) * s.summary for s in scores
-            ),
+            "reward/total": _mean(totals),
+            **step_diagnostics(rollouts, scores, totals, advantages, loss_mask),
             **{k: float(v) for k, v in adv_metrics.items()},
             **actor,
             "rollout/tool_calls_per_task": _mean(len(r.calls) for r in rollouts),
@@ -439,7 +440,7 @@ class Trainer:
         per_minibatch = own // cfg.update.minibatches
         size = cfg.update.micro_batch_size
         starts = torch.arange(world) * own  # each rank's first row (rank order = row order)
-        by_sequence = loss_cfg.aggregation == "seq-mean-token-mean"
+        by_sequence = loss_cfg.aggregation != "token-mean"  # the seq-mean-* modes
 
         def units(selected: Tensor) -> Tensor:
             """Loss units of each row of ``selected``."""
@@ -450,7 +451,8 @@ class Trainer:
         totals: dict[str, float] = {}
         weight_sum = 0.0
         grad_norms = []
-        for _ in range(cfg.update.epochs):
+        gaps: list[tuple[float, float]] = []  # (log-prob gap, tokens) before any step
+        for epoch in range(cfg.update.epochs):
             order = torch.randperm(own, generator=generator)
             for m in range(cfg.update.minibatches):
                 positions = order[m * per_minibatch : (m + 1) * per_minibatch]
@@ -495,7 +497,10 @@ class Trainer:
                             kl_coef=loss_cfg.kl_coef,
                             aggregation=loss_cfg.aggregation,
                             clip_ratio_c=loss_cfg.clip_ratio_c,
+                            norm_length=cfg.loss_norm_length,
                         )
+                        if epoch == 0 and m == 0:  # before any optimizer step of this batch
+                            gaps.append((_logprob_gap(logp, sub, mask), float(mask.sum())))
                         if not torch.isfinite(loss):
                             # NaN on every gradient: the step (every rank's, the norm is
                             # global) sees a non-finite norm and applies nothing, as the
@@ -525,6 +530,11 @@ class Trainer:
         out = {k: v / weight_sum for k, v in totals.items()} if weight_sum else {}
         if grad_norms:
             out["actor/grad_norm"] = sum(grad_norms) / len(grad_norms)
+        out["actor/lr"] = float(self.update.current_lr())
+        if gaps:
+            out["actor/rollout_logprob_diff"] = sum(g * w for g, w in gaps) / sum(
+                w for _, w in gaps
+            )
         out["actor/skipped_steps"] = float(self.state.skipped_steps)
         return out
 
@@ -656,6 +666,14 @@ def _sum_stats(parts: Sequence[SimulatorStats]) -> SimulatorStats:
     return SimulatorStats(
         **{f.name: sum(getattr(p, f.name) for p in parts) for f in fields(SimulatorStats)}
     )
+
+
+def _logprob_gap(logp: Tensor, sub: Batch, mask: Tensor) -> float:
+    """Mean |trainer log-prob − sampling engine's log-prob| over ``mask``: ~0 when the
+    trainer scores tokens as the engine sampled them (same weights, temperature and
+    masking); a gap makes the PPO ratio of a reused batch wrong."""
+    engine = sub.old_logprobs.to(logp.device)
+    return float((logp.detach() - engine)[mask].abs().mean())
 
 
 def _mean(values) -> float:

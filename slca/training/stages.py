@@ -54,6 +54,10 @@ class BaseModelParams(StrictModel):
     """The HF checkpoint written."""
     vocab_size: int = Field(2048, ge=300)
     """tiny: BPE vocabulary size (special and tag tokens included)."""
+    isolate_spaces_and_digits: bool = False
+    """tiny: whitespace runs and digits are tokens of their own, so a value is spelt by
+    the same tokens in the request and in a call's JSON (copying is the identity; see
+    slca.training.tiny.train_tokenizer)."""
     hidden_size: int = Field(128, ge=16)
     """tiny: model width."""
     num_hidden_layers: int = Field(2, ge=1)
@@ -165,7 +169,11 @@ def build_base_model(params: BaseModelParams) -> Path:
             from slca.training.tiny import tiny_model, train_tokenizer
 
             tasks = io.load_train_set(params.in_dir)
-            tokenizer = train_tokenizer(_texts_for_tokenizer(tasks), params.vocab_size)
+            tokenizer = train_tokenizer(
+                _texts_for_tokenizer(tasks),
+                params.vocab_size,
+                isolate_spaces_and_digits=params.isolate_spaces_and_digits,
+            )
             model = tiny_model(
                 tokenizer,
                 seed=params.seed,

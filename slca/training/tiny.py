@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from slca.rollout.chat import END_OF_TURN, HERMES_TEMPLATE
@@ -31,10 +31,30 @@ TAG_TOKENS = (
 """Grammar tags as single tokens, as in Qwen's vocabulary."""
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int = 2048) -> PreTrainedTokenizerFast:
-    """A byte-level BPE tokenizer (any text encodes) with the Hermes chat template."""
+def train_tokenizer(
+    texts: Iterable[str], vocab_size: int = 2048, *, isolate_spaces_and_digits: bool = False
+) -> PreTrainedTokenizerFast:
+    """A byte-level BPE tokenizer (any text encodes) with the Hermes chat template.
+
+    ``isolate_spaces_and_digits``: whitespace runs and single digits are tokens of their
+    own, so a word or a number is spelt by the same tokens in a request (``in Dublin``)
+    and in a JSON argument (``"Dublin"``). GPT-2's pre-tokenizer glues the space to the
+    word (``ĠDublin`` vs ``Dublin``), so copying a value means mapping one token to
+    another, which a tiny model does not learn; with this, copying is the identity.
+    """
     tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.pre_tokenizer = (
+        pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(r"\s+"), behavior="isolated"),
+                pre_tokenizers.Digits(individual_digits=True),
+                byte_level,
+            ]
+        )
+        if isolate_spaces_and_digits
+        else byte_level
+    )
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

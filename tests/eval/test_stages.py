@@ -10,7 +10,9 @@ from slca.data import io
 from slca.data.params import PrepareParams
 from slca.data.prepare import prepare
 from slca.eval import report as report_module
-from slca.eval.stages import EvaluateParams, draw, evaluate, main
+from slca.eval.stages import EvaluateParams, draw, evaluate, main, transcript
+from slca.grammar import parse_turn
+from slca.rollout.types import ExecutedCall, Rollout, Turn
 from slca.tracking import experiment_runs
 from slca.training.stages import (
     RUN_FILE,
@@ -66,7 +68,10 @@ def test_evaluate_writes_reports_and_logs_into_the_training_run(trained):
     assert saved == metrics and saved["in_domain/tasks"] + saved["in_domain/too_long"] == tests
     lines = (root / "reports/eval/rl.tasks.jsonl").read_text().splitlines()
     assert len(lines) == saved["in_domain/tasks"]
-    assert {"task_id", "process", "answer"} <= set(json.loads(lines[0]))
+    first = json.loads(lines[0])
+    assert {"task_id", "process", "answer", "turns"} <= set(first)
+    assert first["turns"]
+    assert all({"text", "calls", "call_errors"} <= set(t) for t in first["turns"])
     (trained_run,) = [r for r in experiment_runs(root / "mlflow") if r.run_id == run_id]
     assert trained_run.metrics["eval/in_domain/process"] == metrics["in_domain/process"]
 
@@ -93,3 +98,25 @@ def test_errors_name_the_problem(trained, tmp_path, capsys):
     assert "evaluate.max_turns" in capsys.readouterr().err
     assert report_module.main(["--tracking-dir", str(tmp_path / "none")]) == 1
     assert not (tmp_path / "none").exists()  # reading a report creates no store
+
+
+def test_a_transcript_keeps_every_turn_as_written_with_its_calls_and_errors():
+    first = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
+    second = '<tool_call>{"name": oops</tool_call>\n<tool_call>\n{"name": "f", "arguments": {}}'
+    rollout = Rollout(task_id="t", group=0, sample=0, prompt_length=3)
+    rollout.turns = [
+        Turn(first, parse_turn(first), False, 3, 10),
+        Turn(second, parse_turn(second), False, 12, 20),
+    ]
+    weather = {"temperature": 4}
+    rollout.calls = [ExecutedCall(0, 0, 0, "get_weather", {"city": "Oslo"}, weather, 0)]
+    rollout.finish_reason = "max_tokens"
+    turns = transcript(rollout)
+    assert [t["text"] for t in turns] == [first, second]
+    assert turns[0]["calls"] == [
+        {"name": "get_weather", "arguments": {"city": "Oslo"}, "response": weather}
+    ]
+    assert turns[0]["call_errors"] == []
+    # the second turn was cut off: its malformed and unclosed blocks are errors, no call ran
+    assert turns[1]["calls"] == [] and len(turns[1]["call_errors"]) == 2
+    assert json.loads(json.dumps(turns)) == turns

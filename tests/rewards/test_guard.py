@@ -76,3 +76,24 @@ def test_the_guard_uses_the_parse_not_the_simulator(b):
     )
     assert r.has_call and not r.guard_applied
     assert r.unneeded_tool_calls == 1 and r.name == 0 and r.format == 1
+
+
+def test_a_truncated_answer_gets_the_truncation_penalty_and_keeps_its_calls(b):
+    task = b.task([[b.call(W, city="Paris")]], facts={"Paris.temperature": 21})
+    rollout = b.rollout([b.tc(W, city="Paris"), "It is 21 degrees in Paris and"])
+    rollout.finish_reason = "max_tokens"
+    default = score(rollout, task)
+    assert default.truncated and default.summary > 0  # off by default: scored as finished
+    cut = score(rollout, task, RewardConfig(truncation={"penalty": 0.3}))
+    assert cut.truncated and (cut.summary, cut.summary_raw) == (-0.3, None)
+    assert cut.tool == default.tool == APPROX(1.0)
+    rollout.finish_reason = "max_turns"  # every turn ended: not a truncation
+    assert score(rollout, task, RewardConfig(truncation={"penalty": 0.3})).summary > 0
+
+
+def test_the_guard_penalty_stands_on_a_truncated_rollout(b):
+    task = b.task([[b.call(W, city="Paris")]])
+    rollout = b.rollout(["Paris is warm, about"])
+    rollout.finish_reason = "max_tokens"
+    r = score(rollout, task, RewardConfig(truncation={"penalty": 0.3}))
+    assert r.guard_applied and r.summary == -0.5

@@ -114,6 +114,12 @@ def test_rl_steps_change_the_policy_and_report_every_design_metric(world, tmp_pa
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
     (_, first), (_, second) = recorder.metrics
     assert set(DESIGN_METRICS) <= set(first)
+    learning = ("rollout/response_tokens_mean", "rollout/response_tokens_max", "actor/lr")
+    parts = ("reward/format", "reward/name", "reward/key", "reward/value", "reward/parallel")
+    assert set(learning + parts + ("actor/rollout_logprob_diff",)) <= set(first)
+    assert first["actor/lr"] == pytest.approx(1e-3)
+    # the scripted engine reports -0.5 for every token; the model disagrees
+    assert first["actor/rollout_logprob_diff"] > 0.1
     assert all(math.isfinite(v) for v in first.values())
     assert first["actor/grad_norm"] > 0 and first["adv/zero_group_frac"] == 0.0
     assert -1.0 <= first["actor/grad_cos_tool_sum"] <= 1.0

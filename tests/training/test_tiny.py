@@ -1,0 +1,48 @@
+import pytest
+
+from slca.rollout.chat import ChatRenderer
+from slca.training.tiny import TAG_TOKENS, train_tokenizer
+
+TEXTS = [
+    'What is the weather in Dublin today? {"name": "get_weather", "arguments": {"city": '
+    '"Dublin"}} Order ORD-68557 ships on 2025-09-08.',
+    "<tool_call>\n{}\n</tool_call>",
+] * 40
+
+
+@pytest.mark.parametrize("isolate", [False, True])
+def test_any_text_round_trips_and_tags_are_single_tokens(isolate):
+    tokenizer = train_tokenizer(TEXTS, vocab_size=400, isolate_spaces_and_digits=isolate)
+    for text in [*TEXTS[:2], "Ünïcödé  \t spaces\n\nand 12345 🙂"]:
+        assert tokenizer.decode(tokenizer.encode(text)) == text
+    for tag in TAG_TOKENS:
+        assert len(tokenizer.encode(tag, add_special_tokens=False)) == 1
+
+
+def test_isolated_spaces_and_digits_spell_a_value_alike_in_a_request_and_in_json():
+    tokenizer = train_tokenizer(TEXTS, vocab_size=400, isolate_spaces_and_digits=True)
+
+    def spelt(text, value):
+        tokens = tokenizer.tokenize(text)
+        joined = "".join(tokens)
+        start = joined.index(value)
+        out, position = [], 0
+        for token in tokens:  # the tokens covering the value
+            if start <= position < start + len(value):
+                out.append(token)
+            position += len(token)
+        return out
+
+    assert spelt("weather in Dublin today", "Dublin") == spelt('{"city": "Dublin"}', "Dublin")
+    assert spelt("order ORD-68557 ships", "68557") == ["6", "8", "5", "5", "7"]
+    # GPT-2's pre-tokenizer glues the space to the word: two spellings of one value
+    glued = train_tokenizer(TEXTS, vocab_size=400)
+    assert "ĠDublin" in glued.tokenize(" Dublin") and "ĠDublin" not in glued.tokenize('"Dublin"')
+
+
+def test_the_chat_template_renders_with_either_pre_tokenizer():
+    for isolate in (False, True):
+        tokenizer = train_tokenizer(TEXTS, vocab_size=400, isolate_spaces_and_digits=isolate)
+        renderer = ChatRenderer(tokenizer, [])
+        ids = renderer.prompt_ids([{"role": "user", "content": "Weather in Dublin?"}])
+        assert tokenizer.decode(ids).endswith("<|im_start|>assistant\n")
