@@ -3,6 +3,7 @@ same rollout budget, over seeds, each evaluated; all runs in one MLflow experime
 
     .venv/bin/python benchmarks/credit/run.py                  # docs/results.md's figures
     .venv/bin/python benchmarks/credit/run.py --seeds 0 --methods grpo slca --steps 4  # quick
+    .venv/bin/python benchmarks/credit/run.py --lab   # the controlled credit lab (lab.py)
 
 Every run is the pipeline's own RL stage and evaluation step, launched as their DVC
 commands (``python -m slca.training.stages train`` / ``python -m slca.eval.stages``)
@@ -217,6 +218,11 @@ def training_table(args: argparse.Namespace) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--lab" in argv:  # the controlled credit lab: its own options (lab.py --help)
+        from lab import main as lab_main
+
+        return lab_main([a for a in argv if a != "--lab"])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--params", type=Path, default=REPO / "params.yaml")
     parser.add_argument("--init", type=Path, default=REPO / "models/sft")

@@ -2,19 +2,29 @@
 
 A lab task asks about the weather on the day a cue word in the request names
 (``today`` or ``tomorrow``). Of its two tools exactly one serves that day, so tool
-correctness is one discrete choice that the request decides and a policy can learn.
-Neither tool takes arguments: the tiny policy cannot copy values, and an argument it
-cannot learn would blur ``R_tool``. Every task states a fact (the temperature), so the
-SFT stage's reference summary ("Here is what I found: ...") and its poor summary differ
-(:func:`slca.training.sft.summary_for`): the summary style is a second choice, made by
-the summary's own tokens.
+correctness is one discrete choice that the request decides. Neither tool takes
+arguments: the tiny policy cannot copy values, and an argument it cannot learn would
+blur ``R_tool``. The request ends with a short cue phrase ("right now, today" /
+"tomorrow, the next day").
 
 - :func:`lab_tasks` gives RL tasks: the gold call is the cued tool.
-- ``lab_tasks(..., demonstrations=True)`` gives SFT demonstrations whose gold call is
-  the cued tool for exactly half of each cue's tasks, counterbalanced: a policy
-  trained on them chooses each tool about half the time whatever the cue, so RL
-  starts at chance on the tool choice. (The SFT stage picks the summary style from
-  its own seeded draw, independent of the calls, at ``sft.poor_summary_frac``.)
+- ``lab_tasks(..., demonstrations=True)`` gives SFT demonstrations whose gold tool is
+  the cued one for exactly half of each cue's tasks, counterbalanced: a policy trained
+  on them picks each tool about half the time whatever the cue, so RL starts at chance
+  on the choice. (The SFT stage picks the summary style from its own seeded draw,
+  independent of the calls, at ``sft.poor_summary_frac``.)
+- ``cues`` chooses which days requests name. With both, the right tool differs from
+  request to request and the policy must read the cue; with one (``("today",)``, what
+  the credit lab runs), every request names the same day, so the right tool is fixed
+  and the choice is a bandit over two tools. The tiny policy does not learn to read the
+  cue at RL budgets: after SFT on requests whose cue decided nothing, the choice stayed
+  at chance through 30 steps of GRPO at lr 3e-4 and 1e-3, and through 30 supervised
+  steps at 3e-4 (docs/decisions.md, "Credit lab").
+
+Every task states one fixed fact, so the SFT stage's reference summary ("Here is what
+I found: status is found.") and its poor summary differ
+(:func:`slca.training.sft.summary_for`): the summary style is a second choice, made by
+the summary's first tokens, and the rest of either summary is fixed text.
 
 Everything is drawn from ``random.Random(f"{seed}:{kind}:{index}")``: the output is
 identical for the same arguments on any machine. :func:`write_dataset` stores tasks
@@ -34,67 +44,83 @@ from slca.data.record import Call, Message, TaskRecord, ToolSpec
 
 SOURCE = "lab"
 SYSTEM_PROMPT = "You are a helpful assistant with access to tools."
+FACT = {"status": "found"}
+"""Every task's one fact: the reference summary states it, the poor one does not."""
 
-CUE_TOOLS = {"today": "weather_today", "tomorrow": "weather_tomorrow"}
-"""Cue word in the request → the one tool that answers it."""
-
-_CONDITIONS = ["sunny", "cloudy", "rain", "snow", "windy"]
+_NO_ARGUMENTS = {"type": "object", "properties": {}, "required": [], "additionalProperties": False}
 _REPORT = {
     "type": "object",
     "properties": {
         "temperature": {"type": "integer"},
-        "condition": {"type": "string", "enum": _CONDITIONS},
+        "condition": {"type": "string", "enum": ["sunny", "cloudy", "rain", "snow", "windy"]},
     },
-    "required": ["temperature", "condition"],
+    "required": ["condition", "temperature"],
     "additionalProperties": False,
 }
-_NO_ARGUMENTS = {"type": "object", "properties": {}, "required": [], "additionalProperties": False}
 TOOLS = {
-    "weather_today": ToolSpec(
+    "today": ToolSpec(
         name="weather_today",
         description="Today's weather where the user is.",
         parameters=_NO_ARGUMENTS,
         response=_REPORT,
     ),
-    "weather_tomorrow": ToolSpec(
+    "tomorrow": ToolSpec(
         name="weather_tomorrow",
         description="Tomorrow's weather forecast where the user is.",
         parameters=_NO_ARGUMENTS,
         response=_REPORT,
     ),
 }
-# Each holds the cue once; no template holds either cue word otherwise.
+"""Cue word → the one tool that answers a request naming it."""
+CUE_TOOLS = {cue: tool.name for cue, tool in TOOLS.items()}
+
 _TEMPLATES = (
-    "What's the weather like {cue}?",
-    "Will it rain {cue}?",
-    "Do I need a coat {cue}?",
-    "How warm is it going to be {cue}?",
-    "Tell me the weather for {cue}.",
-    "Should I plan a picnic {cue}?",
+    "What's the weather like, {cue}?",
+    "Will it rain, {cue}?",
+    "Do I need a coat, {cue}?",
+    "How warm is it going to be, {cue}?",
+    "Can you check the weather, {cue}?",
+    "Should I plan a picnic, {cue}?",
 )
+CUE_PHRASES = {
+    "today": ("today", "right now, today", "today, right now", "at the moment, today"),
+    "tomorrow": (
+        "tomorrow",
+        "the next day, tomorrow",
+        "tomorrow, the next day",
+        "in a day, tomorrow",
+    ),
+}
+"""A request ends with one of its cue's phrases; no other text holds a cue word."""
 _OPENERS = ("", "Hi! ", "Hello. ", "Quick question: ", "Hey there! ")
-_CLOSERS = ("", " Thanks!", " Thank you.", " Please be brief.")
 
 
-def lab_task(index: int, seed: int, *, demonstration: bool = False) -> TaskRecord:
+def lab_task(
+    index: int,
+    seed: int,
+    *,
+    demonstration: bool = False,
+    cues: Sequence[str] = ("today", "tomorrow"),
+) -> TaskRecord:
     """Lab task ``index``: a pure function of its arguments.
 
-    The cue alternates with the index (``today`` on even indices), so any run of
-    consecutive tasks is balanced. A demonstration's gold tool is the cued one when
-    ``index // 2`` is even, the other one otherwise: over every four consecutive
-    indices each (cue, tool) pair occurs once, so the tool is independent of the cue.
+    The cue cycles through ``cues`` with the index, so any ``len(cues)`` consecutive
+    tasks are balanced. A demonstration's gold tool is the cued one when
+    ``index // len(cues)`` is even, the other one otherwise: over every
+    ``2·len(cues)`` consecutive indices each (cue, tool) pair occurs equally often, so
+    the tool is independent of the cue.
     """
+    unknown = [c for c in cues if c not in TOOLS]
+    if not cues or unknown or len(set(cues)) != len(cues):
+        raise ValueError(f"cues must be distinct names of {sorted(TOOLS)}; got {list(cues)}")
     kind = "demo" if demonstration else "task"
     rng = random.Random(f"{seed}:{kind}:{index}")
-    cues = sorted(CUE_TOOLS)
-    cue = cues[index % 2]
-    tool = CUE_TOOLS[cue]
-    if demonstration and (index // 2) % 2:
-        tool = CUE_TOOLS[cues[1 - index % 2]]
-    world = {"temperature": rng.randint(-5, 35), "condition": rng.choice(_CONDITIONS)}
-    text = rng.choice(_OPENERS) + rng.choice(_TEMPLATES).format(cue=cue) + rng.choice(_CLOSERS)
-    tools = [TOOLS[name] for name in sorted(TOOLS)]
-    rng.shuffle(tools)
+    cue = cues[index % len(cues)]
+    (other,) = set(TOOLS) - {cue}
+    gold = other if demonstration and (index // len(cues)) % 2 else cue
+    text = rng.choice(_OPENERS) + rng.choice(_TEMPLATES).format(cue=rng.choice(CUE_PHRASES[cue]))
+    offered = [TOOLS[c] for c in sorted(TOOLS)]
+    rng.shuffle(offered)
     return TaskRecord(
         id=f"lab-{kind}-{seed}-{index:06d}",
         source=SOURCE,
@@ -104,26 +130,32 @@ def lab_task(index: int, seed: int, *, demonstration: bool = False) -> TaskRecor
             Message(role="system", content=SYSTEM_PROMPT),
             Message(role="user", content=text),
         ],
-        tools=tools,
-        gold=[[Call(name=tool, arguments={})]],
-        facts={"temperature": world["temperature"]},
-        world=world,
+        tools=offered,
+        gold=[[Call(name=TOOLS[gold].name, arguments={})]],
+        facts=dict(FACT),
+        world={"temperature": rng.randint(-5, 35)},
     )
 
 
-def lab_tasks(n: int, seed: int, *, demonstrations: bool = False) -> list[TaskRecord]:
+def lab_tasks(
+    n: int,
+    seed: int,
+    *,
+    demonstrations: bool = False,
+    cues: Sequence[str] = ("today", "tomorrow"),
+) -> list[TaskRecord]:
     """Tasks ``0..n-1`` (see :func:`lab_task`)."""
     if n < 1:
         raise ValueError(f"n must be >= 1; got {n}")
-    return [lab_task(i, seed, demonstration=demonstrations) for i in range(n)]
+    return [lab_task(i, seed, demonstration=demonstrations, cues=cues) for i in range(n)]
 
 
 def cue_of(task: TaskRecord) -> str:
     """The cue word of a lab task's request."""
     text = task.user_text()
-    found = [cue for cue in CUE_TOOLS if cue in text]
+    found = [cue for cue in CUE_PHRASES if cue in text]
     if len(found) != 1:
-        raise ValueError(f"task {task.id}: expected one cue word of {sorted(CUE_TOOLS)}")
+        raise ValueError(f"task {task.id}: expected one cue word of {sorted(CUE_PHRASES)}")
     return found[0]
 
 

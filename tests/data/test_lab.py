@@ -7,7 +7,15 @@ import pytest
 
 from slca.data import io
 from slca.data.checks import record_problems
-from slca.data.lab import CUE_TOOLS, cue_of, cued_tool, lab_task, lab_tasks, write_dataset
+from slca.data.lab import (
+    CUE_PHRASES,
+    CUE_TOOLS,
+    cue_of,
+    cued_tool,
+    lab_task,
+    lab_tasks,
+    write_dataset,
+)
 from slca.training.sft import poor_summary, reference_summary, summary_for
 
 
@@ -34,6 +42,8 @@ def test_rl_tasks_have_the_cued_tool_as_gold_and_balanced_cues():
         assert record_problems(t.model_dump()) == [], t.id
         assert {tool.name for tool in t.tools} == set(CUE_TOOLS.values())
         assert t.facts and not any(tool.parameters["properties"] for tool in t.tools)
+        # the request ends with a phrase of its own cue, the only text naming a day
+        assert any(t.user_text().endswith(f"{p}?") for p in CUE_PHRASES[cue_of(t)])
 
 
 def test_demonstrations_choose_each_tool_half_the_time_whatever_the_cue():
@@ -43,6 +53,17 @@ def test_demonstrations_choose_each_tool_half_the_time_whatever_the_cue():
         (cue, tool): 128 for cue in CUE_TOOLS for tool in CUE_TOOLS.values()
     }  # each tool is right for half of each cue's demonstrations: P(tool | cue) = 1/2
     assert sum(_gold_tool(t) == cued_tool(t) for t in demos) == 256
+
+
+def test_one_cue_fixes_the_right_tool_and_demonstrations_still_split_50_50():
+    tasks = lab_tasks(40, 1, cues=("today",))
+    assert {cue_of(t) for t in tasks} == {"today"}
+    assert {_gold_tool(t) for t in tasks} == {CUE_TOOLS["today"]}
+    demos = lab_tasks(40, 0, demonstrations=True, cues=("today",))
+    assert collections.Counter(_gold_tool(t) for t in demos) == {
+        "weather_today": 20,
+        "weather_tomorrow": 20,
+    }
 
 
 def test_sft_summary_style_is_half_poor_and_independent_of_the_tool_choice():
@@ -70,6 +91,9 @@ def test_write_dataset_round_trips_through_the_train_set_loader(tmp_path):
 def test_bad_input_is_refused_with_the_reason(tmp_path):
     with pytest.raises(ValueError, match="n must be >= 1"):
         lab_tasks(0, 1)
+    for cues in [(), ("today", "today"), ("yesterday",)]:
+        with pytest.raises(ValueError, match="cues must be distinct names"):
+            lab_task(0, 1, cues=cues)
     task = lab_task(0, 1)
     other = task.model_copy(update={"split": "test"})
     with pytest.raises(ValueError, match="outside the train split"):
