@@ -147,6 +147,7 @@ def run_all(args: argparse.Namespace) -> list[tuple[str, int, float]]:
         if results[-1][1] != 0:
             return results
     (args.work / "runs").mkdir(parents=True, exist_ok=True)
+    prepare_store(args)
     for job in jobs(args):  # this benchmark's own outputs of an earlier lab
         shutil.rmtree(args.work / "runs" / job["name"], ignore_errors=True)
     with ThreadPoolExecutor(args.workers) as pool:
@@ -163,6 +164,19 @@ def run_all(args: argparse.Namespace) -> list[tuple[str, int, float]]:
             results.append(future.result())
             _print(*results[-1])
     return results
+
+
+def prepare_store(args: argparse.Namespace) -> None:
+    """Create the MLflow store and experiment before runs start in parallel: two
+    processes that find no store both migrate a new SQLite file, and one fails
+    ("duplicate column name"), as they would both create a missing experiment."""
+    from slca.tracking import Tracker
+
+    tracker = Tracker(args.tracking_dir, experiment=args.experiment)
+    if tracker.client.get_experiment_by_name(args.experiment) is None:
+        tracker.client.create_experiment(
+            args.experiment, artifact_location=tracker.artifact_location
+        )
 
 
 def _print(name: str, code: int, seconds: float) -> None:

@@ -170,6 +170,19 @@ def test_analyse_counts_censored_runs_and_judges_the_target_at_the_largest_sprea
     assert lab.verdict(slower_slca)[0].startswith("not met")
 
 
+def test_the_store_and_experiment_exist_before_runs_start_in_parallel(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from slca.tracking import sqlite_uri
+
+    args = _args(tmp_path)
+    lab.prepare_store(args)
+    lab.prepare_store(args)  # idempotent: a rerun finds them
+    client = MlflowClient(sqlite_uri(args.tracking_dir))
+    found = client.get_experiment_by_name("credit-lab")
+    assert found is not None and found.artifact_location.endswith("mlflow/artifacts")
+
+
 def test_a_quick_setting_is_refused_before_anything_runs(tmp_path, capsys):
     with pytest.raises(SystemExit):
         lab.main(["--steps", "0", "--work", str(tmp_path)])
