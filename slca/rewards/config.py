@@ -161,17 +161,29 @@ class RewardModelConfig(_Strict):
     """Map of a one-logit head's output: sigmoid into [0, 1], or the raw logit."""
 
 
+class MarkerConfig(_Strict):
+    """The ``marker`` summary scorer: a deterministic style check for controlled
+    experiments (the credit lab), not a measure of summary quality."""
+
+    text: str = Field("Here is what I found", min_length=1)
+    """A summary that contains this text (case-sensitive) scores 1, any other 0. The
+    default is the opener of the SFT reference summary
+    (:func:`slca.training.sft.reference_summary`), which the poor summary lacks."""
+
+
 class SummaryConfig(_Strict):
     """Which R_summary scorer runs, and the settings of each."""
 
     name: str = "grounded"
-    """Name in the summary-scorer registry: grounded, judge or reward_model."""
+    """Name in the summary-scorer registry: grounded, judge, reward_model or marker."""
     grounded: GroundedConfig = Field(default_factory=GroundedConfig)
     """Settings of ``grounded``."""
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
     """Settings of ``judge``."""
     reward_model: RewardModelConfig = Field(default_factory=RewardModelConfig)
     """Settings of ``reward_model``."""
+    marker: MarkerConfig = Field(default_factory=MarkerConfig)
+    """Settings of ``marker``."""
 
     @field_validator("name")
     @classmethod

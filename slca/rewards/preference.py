@@ -5,7 +5,9 @@
   length outside bounds;
 - ``judge``: an LLM rates the answer 1-5 on a rubric, mapped to [0, 1]; takes any
   ``generate(prompts) -> texts`` callable, so it runs on whichever engine serves it;
-- ``reward_model``: a local HF sequence-classification checkpoint, loaded on first use.
+- ``reward_model``: a local HF sequence-classification checkpoint, loaded on first use;
+- ``marker``: 1 when the summary contains a configured text, else 0: a style choice
+  the summary tokens alone decide, for controlled experiments (the credit lab).
 
 A scorer scores a batch of :class:`SummaryInput` at once (judges and reward models
 batch). Build one from config with :func:`build_summary_scorer`; the score layer never
@@ -24,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from slca.data.record import TaskRecord
 from slca.registry import Registry
-from slca.rewards.config import GroundedConfig, JudgeConfig, RewardModelConfig
+from slca.rewards.config import GroundedConfig, JudgeConfig, MarkerConfig, RewardModelConfig
 from slca.rollout.types import Rollout
 from slca.simulator.core import is_error
 
@@ -588,3 +590,19 @@ class RewardModelScorer(SummaryScorer):
 @register_summary_scorer("reward_model")
 def _reward_model(config: SummaryConfig, *, generate: Generate | None = None) -> SummaryScorer:
     return RewardModelScorer(config.reward_model)
+
+
+# ======================================================================== marker
+class MarkerScorer(SummaryScorer):
+    """1.0 for a summary that contains ``config.text``, else 0.0."""
+
+    def __init__(self, config: MarkerConfig):
+        self.config = config
+
+    def score_batch(self, items: Sequence[SummaryInput]) -> list[float]:
+        return [float(self.config.text in item.summary) for item in items]
+
+
+@register_summary_scorer("marker")
+def _marker(config: SummaryConfig, *, generate: Generate | None = None) -> SummaryScorer:
+    return MarkerScorer(config.marker)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from slca.rewards import RewardConfig, available_summary_scorers, score, score_batch
-from slca.rewards.config import GroundedConfig, JudgeConfig, RewardModelConfig
+from slca.rewards.config import GroundedConfig, JudgeConfig, MarkerConfig, RewardModelConfig
 from slca.rewards.preference import (
     JudgeScorer,
+    MarkerScorer,
     RewardModelScorer,
     SummaryInput,
     clean_text,
@@ -33,7 +34,7 @@ FACTS = {"Paris.temperature": 21}
 
 
 def test_registry():
-    assert available_summary_scorers() == ["grounded", "judge", "reward_model"]
+    assert available_summary_scorers() == ["grounded", "judge", "marker", "reward_model"]
     with pytest.raises(ValueError, match="already registered"):
         register_summary_scorer("grounded")(lambda config, generate=None: None)
     with pytest.raises(ValueError, match="unknown summary scorer 'nope'"):
@@ -280,3 +281,33 @@ def test_reward_model_through_score(b, tiny_reward_model):
     task = b.task([[b.call("get_weather", city="Paris")]])
     r = score(b.rollout([b.tc("get_weather", city="Paris"), "It is 21."]), task, config)
     assert 0 < r.summary < 1 and r.summary == r.summary_raw
+
+
+# ---------------------------------------------------------------- marker
+
+
+def test_marker_tells_the_sft_reference_summary_from_the_poor_one(b):
+    from slca.training.sft import poor_summary, reference_summary
+
+    task = b.task([[b.call("get_weather", city="Paris")]], facts=FACTS)
+    items = [SummaryInput(s, task) for s in (reference_summary(task), poor_summary(task))]
+    assert MarkerScorer(MarkerConfig()).score_batch(items) == [1.0, 0.0]
+    custom = MarkerScorer(MarkerConfig(text="tools answered"))
+    assert custom.score_batch(items) == [0.0, 1.0]
+    # case-sensitive, anywhere in the answer; facts and responses play no part
+    assert MarkerScorer(MarkerConfig()).score_batch(
+        [SummaryInput("ok. Here is what I found", task), SummaryInput("here is what i found", task)]
+    ) == [1.0, 0.0]
+    with pytest.raises(ValueError, match="at least 1 character"):
+        MarkerConfig(text="")
+
+
+def test_marker_through_score_batch_keeps_the_guard(b):
+    task = b.task([[b.call("get_weather", city="Paris")]])
+    rollouts = [
+        b.rollout([b.tc("get_weather", city="Paris"), "Here is what I found: 21."]),
+        b.rollout([b.tc("get_weather", city="Paris"), "It is 21."]),
+        b.rollout(["Here is what I found: no call."]),  # guard: the task needs a call
+    ]
+    out = score_batch(rollouts, [task] * 3, RewardConfig(summary={"name": "marker"}))
+    assert [r.summary for r in out] == [1.0, 0.0, -0.5]
