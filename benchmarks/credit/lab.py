@@ -96,9 +96,22 @@ def train_command(job: dict, args: argparse.Namespace) -> list[str]:
     return command
 
 
+def _credit_benchmark():
+    """benchmarks/credit/run.py, whose MLflow server the lab's parallel runs log through."""
+    here = str(Path(__file__).parent)
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import run
+
+    return run
+
+
 def _env() -> dict[str, str]:
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
     env.pop("MLFLOW_TRACKING_URI", None)
+    server = _credit_benchmark()._SERVER_URI
+    if server:  # parallel runs: slca refuses a second writer on one SQLite store
+        env["MLFLOW_TRACKING_URI"] = server[0]
     return env
 
 
@@ -150,7 +163,7 @@ def run_all(args: argparse.Namespace) -> list[tuple[str, int, float]]:
     prepare_store(args)
     for job in jobs(args):  # this benchmark's own outputs of an earlier lab
         shutil.rmtree(args.work / "runs" / job["name"], ignore_errors=True)
-    with ThreadPoolExecutor(args.workers) as pool:
+    with _credit_benchmark().tracking_server(args), ThreadPoolExecutor(args.workers) as pool:
         futures = [
             pool.submit(
                 _run,
