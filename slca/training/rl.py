@@ -524,9 +524,10 @@ class Trainer:
                     totals[key] = totals.get(key, 0.0) + value
                 weight_sum += weight
         # shares are of the global minibatch: the ranks' sums are the global sums
-        gathered = self._gather((totals, weight_sum))
+        gathered = self._gather((totals, weight_sum, gaps))
         totals = {k: sum(part[0].get(k, 0.0) for part in gathered) for k in totals}
         weight_sum = sum(part[1] for part in gathered)
+        gaps = [gap for part in gathered for gap in part[2]]  # over the global minibatch
         out = {k: v / weight_sum for k, v in totals.items()} if weight_sum else {}
         if grad_norms:
             out["actor/grad_norm"] = sum(grad_norms) / len(grad_norms)
