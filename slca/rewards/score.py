@@ -35,7 +35,12 @@ from dataclasses import asdict, dataclass
 
 from slca.data.record import TaskRecord
 from slca.rewards.config import RewardConfig
-from slca.rewards.execution import executed_in_order, execution_parts, execution_per_call
+from slca.rewards.execution import (
+    ExecutionParts,
+    executed_in_order,
+    execution_parts,
+    execution_per_call,
+)
 from slca.rewards.match import gold_calls, label_tools, match_calls, policy_calls
 from slca.rewards.preference import (
     Generate,
@@ -44,7 +49,7 @@ from slca.rewards.preference import (
     build_summary_scorer,
 )
 from slca.rewards.process import block_counts, call_correctness, format_score, process_parts
-from slca.rewards.redundancy import count_redundancy
+from slca.rewards.redundancy import Redundancy, count_redundancy
 from slca.rewards.reference import gold_json, reference_text, route_penalty, score_text
 from slca.rollout.types import Rollout, is_truncated
 
@@ -150,12 +155,7 @@ def _tool_side(rollout: Rollout, task: TaskRecord, config: RewardConfig) -> _Too
         key=parts.key,
         value=parts.value,
         parallel=parts.parallel,
-        success=exec_parts.success,
-        unique=exec_parts.unique,
-        duplicate_calls=redundancy.duplicate,
-        unneeded_tool_calls=redundancy.unneeded_tool,
-        no_call_task_calls=redundancy.no_call_task,
-        extra_steps=redundancy.extra_steps,
+        **_outcome_counts(exec_parts, redundancy),
         redundancy_penalty=penalty,
         n_calls=len(calls),
         n_blocks=total,
@@ -166,6 +166,18 @@ def _tool_side(rollout: Rollout, task: TaskRecord, config: RewardConfig) -> _Too
         per_call=tuple(0.0 for _ in per_call) if guard else tuple(per_call),
     )
     return _ToolSide(fields, needs_call, guard)
+
+
+def _outcome_counts(exec_parts: ExecutionParts, redundancy: Redundancy) -> dict[str, float]:
+    """The execution outcome and redundancy counts every reward mode reports."""
+    return dict(
+        success=exec_parts.success,
+        unique=exec_parts.unique,
+        duplicate_calls=redundancy.duplicate,
+        unneeded_tool_calls=redundancy.unneeded_tool,
+        no_call_task_calls=redundancy.no_call_task,
+        extra_steps=redundancy.extra_steps,
+    )
 
 
 _MIN_ANSWER_CHARS = 10
@@ -197,12 +209,7 @@ def _reference_side(rollout: Rollout, task: TaskRecord, config: RewardConfig) ->
         key=ref.key,
         value=ref.value,
         parallel=ref.parallel,
-        success=exec_parts.success,
-        unique=exec_parts.unique,
-        duplicate_calls=redundancy.duplicate,
-        unneeded_tool_calls=redundancy.unneeded_tool,
-        no_call_task_calls=redundancy.no_call_task,
-        extra_steps=redundancy.extra_steps,
+        **_outcome_counts(exec_parts, redundancy),
         redundancy_penalty=0.0,
         n_calls=len(ref.scan.calls),
         n_blocks=ref.scan.denom,
