@@ -1,6 +1,7 @@
 """The training stages end to end on the tiny model: base model → SFT → RL with MLflow."""
 
 import importlib.util
+import json
 import os
 import signal
 import subprocess
@@ -161,7 +162,10 @@ def test_the_train_stage_under_torchrun_with_zero3_tracks_and_writes_once(worksp
     assert printed == [run.info.run_id]
     for key in DESIGN_METRICS:
         assert [m.step for m in client.get_metric_history(run.info.run_id, key)] == [1, 2], key
-    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["step_000001", "step_000002"]
+    steps = sorted(p.name for p in (tmp_path / "ckpt").iterdir() if p.name.startswith("step_"))
+    assert steps == ["step_000001", "step_000002"]
+    identity = json.loads((tmp_path / "ckpt/run.json").read_text())  # rank 0's, once
+    assert identity["run_id"] == run.info.run_id and identity["status"] == "completed"
     files = {p.name for p in (tmp_path / "ckpt/step_000002").iterdir()}
     assert {"rng_state_rank0.pt", "rng_state_rank1.pt", "deepspeed"} <= files
     final, _ = load_causal_lm(tmp_path / "rl")
