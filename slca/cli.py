@@ -121,6 +121,11 @@ def prefect_server() -> Iterator[None]:
     try:
         yield
     finally:
+        # the flow's last log lines go to the server before it stops, not to a closed port
+        # ("--- Error logging to API ---" on stderr)
+        from prefect.logging.handlers import APILogWorker
+
+        APILogWorker.drain_all(timeout=5)
         server.stop()
         base._instances.pop(None, None)
 

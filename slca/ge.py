@@ -150,8 +150,19 @@ def run_suite(
     ``data_docs/`` and each of ``extra_files`` (file name → function writing that path).
     """
     import great_expectations as gx
+    from great_expectations.data_context.types.base import (
+        DataContextConfig,
+        InMemoryStoreBackendDefaults,
+        ProgressBarsConfig,
+    )
 
-    ctx = gx.get_context(mode="ephemeral")
+    # GE's default ephemeral context draws a tqdm bar per expectation's metrics and logs
+    # the temp directory of a docs site it never builds here: noise in a pipeline's log
+    config = DataContextConfig(
+        store_backend_defaults=InMemoryStoreBackendDefaults(init_temp_docs_sites=False),
+        progress_bars=ProgressBarsConfig(globally=False),
+    )
+    ctx = gx.get_context(mode="ephemeral", project_config=config)
     docs_dir = None
     if report_dir is not None:
         docs_dir = Path(tempfile.mkdtemp(prefix="ge-docs-"))

@@ -20,6 +20,8 @@ from types import TracebackType
 
 from filelock import FileLock, Timeout
 
+from slca.atomic import atomic_write_text
+
 
 class LockHeld(ValueError):
     """Another process holds the lock; the message names it (PID, host, since when).
@@ -65,9 +67,7 @@ class ExclusiveLock:
             "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "command": " ".join(sys.argv)[:500],
         }
-        tmp = _owner_path(self.path).with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(owner) + "\n")
-        os.replace(tmp, _owner_path(self.path))
+        atomic_write_text(_owner_path(self.path), json.dumps(owner) + "\n")
         return self
 
     def _held_message(self) -> str:

@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import io
 import json
 import math
 import operator
@@ -83,6 +84,7 @@ from mlflow.entities import LoggedModelStatus, Metric, Param, RunTag  # noqa: E4
 from mlflow.exceptions import MlflowException  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
+from slca.atomic import atomic_write_text  # noqa: E402
 from slca.locks import ExclusiveLock  # noqa: E402
 
 __all__ = [
@@ -98,6 +100,9 @@ __all__ = [
     "sqlite_uri",
 ]
 
+RUN_FILE = "mlflow_run.json"
+"""Written into an RL stage's ``out_dir``: the MLflow run (and experiment) that made the
+model, so an evaluation can log into the same run."""
 DEFAULT_DIRECTORY = Path("mlflow")
 """Where the default SQLite store and its artifacts live (relative to the working dir)."""
 MAX_PARAM_VALUE_LENGTH = 6000
@@ -242,16 +247,12 @@ def write_curves(
     for key in keys:
         for step, value in metric_history(run_id, key, tracking_uri=tracking_uri):
             by_step.setdefault(step, {})[key] = value
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["step", *keys])
-        for step in sorted(by_step):
-            writer.writerow([step, *(by_step[step].get(k, "") for k in keys)])
-    os.replace(tmp, path)
-    return path
+    table = io.StringIO()
+    writer = csv.writer(table)
+    writer.writerow(["step", *keys])
+    for step in sorted(by_step):
+        writer.writerow([step, *(by_step[step].get(k, "") for k in keys)])
+    return atomic_write_text(path, table.getvalue())
 
 
 def log_evaluation(

@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from slca.data.io import atomic_write_text
+from slca.atomic import atomic_write_text
 
 #: The library whose code every step runs; a change to it re-runs every step.
 _CODE_ROOT = Path(__file__).resolve().parents[1] / "slca"

@@ -65,8 +65,8 @@ def bfcl_json_step(task_id, calls):
     import inspect
     import json
 
+    from slca.data.sources.bfcl_backends import parse_call
     from slca.eval import bfcl_multi_turn as mt
-    from slca.simulator.fidelity import parse_call
 
     entry = mt.entries()[task_id.removeprefix("bfcl-")]
     table = mt.methods(mt.new_instances(entry))

@@ -1,6 +1,7 @@
 """The `slca` command: its commands, and one-line errors that name the key."""
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from slca.cli import app
@@ -13,11 +14,21 @@ def runner(monkeypatch, tmp_path):
     return CliRunner()
 
 
-def test_help_lists_the_commands(runner):
-    result = runner.invoke(app, ["--help"])
-    assert result.exit_code == 0
-    for command in ("run", "data", "train", "eval", "report", "ui"):
-        assert command in result.output
+COMMANDS = {"run", "data", "train", "eval", "report", "ui"}
+
+
+def test_the_commands_are_exactly_the_documented_ones(runner):
+    group = typer.main.get_command(app)
+    assert set(group.commands) == COMMANDS
+    for name in COMMANDS:  # each answers its own --help, under its own name
+        result = runner.invoke(app, [name, "--help"], prog_name="slca")
+        assert result.exit_code == 0, result.output
+        assert result.output.splitlines()[1].strip().startswith(f"Usage: slca {name} ")
+    listed = runner.invoke(app, ["--help"]).output
+    section = listed[listed.index("Commands") :]
+    rows = [line.strip("│ ").split()[0] for line in section.splitlines()[1:] if "│" in line]
+    assert set(rows) >= COMMANDS
+    assert runner.invoke(app, ["nosuch"]).exit_code == 2
 
 
 @pytest.mark.parametrize(

@@ -385,7 +385,7 @@ def report(args: argparse.Namespace) -> Path:
     args.out.mkdir(parents=True, exist_ok=True)
     plot(result, args.out)
     text = markdown(result, cap)
-    from slca.data.io import atomic_write_text
+    from slca.atomic import atomic_write_text
 
     atomic_write_text(args.out / "lab.md", "# Credit lab\n\n" + text)
     summary = {

@@ -26,6 +26,8 @@ BFCL_CATEGORIES = (
 )
 NESTFUL_SUBSETS = ("executable", "glaive", "sgd", "complexfuncbench")
 TAU2_DOMAINS = ("airline", "retail", "telecom")
+SYNTH_DOMAINS = ("weather", "currency", "flights", "shop")
+"""The controlled generator's domains: the keys of ``slca.data.synth.DOMAINS``."""
 
 
 class _Strict(BaseModel):
@@ -39,7 +41,7 @@ class SynthParams(_Strict):
     domains: list[str] = Field(
         default_factory=lambda: ["weather", "currency", "flights", "shop"],
         min_length=1,
-        description="Domains to draw tasks from (names in slca.data.synth.DOMAINS).",
+        description="Domains to draw tasks from (names in SYNTH_DOMAINS).",
     )
     mix: dict[TaskKind, float] = Field(
         default_factory=lambda: {
@@ -65,11 +67,9 @@ class SynthParams(_Strict):
     @field_validator("domains")
     @classmethod
     def _known(cls, v: list[str]) -> list[str]:
-        from slca.data.synth import DOMAINS
-
-        unknown = sorted(set(v) - set(DOMAINS))
+        unknown = sorted(set(v) - set(SYNTH_DOMAINS))
         if unknown:
-            raise ValueError(f"unknown domains {unknown}; known: {sorted(DOMAINS)}")
+            raise ValueError(f"unknown domains {unknown}; known: {sorted(SYNTH_DOMAINS)}")
         return v
 
 

@@ -7,17 +7,26 @@ and "what's the weather in paris" share a key; requests about Paris and Lyon do 
 
 All records with one key go to the same split, chosen by a hash of (seed, key): adding
 records never moves existing ones, and the result is the same on every machine.
+
+Drawing from a split (:func:`draw`, :func:`draw_split`) and keeping the tasks whose
+prompt fits a token budget (:func:`fitting_tasks`) are here too: training, its held-out
+validation and evaluation all pick their tasks with them.
 """
 
 from __future__ import annotations
 
 import hashlib
+import random
 import re
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
 
+from slca.data import io
 from slca.data.params import SplitParams
 from slca.data.record import EVAL_SPLIT, TaskRecord
+from slca.rollout.chat import ChatRenderer
 
 _FILLERS = frozenset(
     "hi hello hey there thanks thank you please cheers quick question could help me "
@@ -72,3 +81,52 @@ def assign_splits(
         kept.append(r.model_copy(update={"split": split_for(key, seed, fractions)}))
     evals = [r.model_copy(update={"split": EVAL_SPLIT}) for r in eval_records]
     return kept + evals, dropped
+
+
+def draw(tasks: Sequence[TaskRecord], n: int | None, seed: int) -> list[TaskRecord]:
+    """``n`` tasks drawn with ``seed`` from ``tasks`` in id order (all when ``n`` is None
+    or larger): the same data and seed give the same subset, whatever the file order."""
+    ordered = sorted(tasks, key=lambda t: t.id)
+    if n is None or n >= len(ordered):
+        return ordered
+    return sorted(random.Random(seed).sample(ordered, n), key=lambda t: t.id)
+
+
+def draw_split(
+    in_dir: str | Path,
+    split: str,
+    sources: list[str] | None,
+    n: int | None,
+    seed: int,
+    *,
+    where: str,
+    sources_label: str,
+) -> list[TaskRecord]:
+    """:func:`draw` of ``n`` tasks of one split (only ``sources``, when given); an error
+    naming ``where`` (the step) and the sources param (``sources_label``) when none is left."""
+    pool = [t for t in io.read_dataset(in_dir, [split]) if sources is None or t.source in sources]
+    if not pool:
+        raise ValueError(
+            f"{where}: no {split!r} task in {in_dir}"
+            + (f" from {sources_label}{sources}" if sources else "")
+        )
+    return draw(pool, n, seed)
+
+
+def fitting_tasks(tasks: list[Any], tokenizer: Any, max_prompt_tokens: int) -> list[Any]:
+    """The tasks whose rendered prompt leaves room for a turn (some real tools' schemas
+    alone run to tens of thousands of tokens); an error when none does."""
+    kept = []
+    for task in tasks:
+        renderer = ChatRenderer(tokenizer, [t.model_dump() for t in task.tools])
+        prompt = renderer.prompt_ids(
+            [{"role": m.role, "content": m.content} for m in task.messages]
+        )
+        if len(prompt) <= max_prompt_tokens:
+            kept.append(task)
+    if not kept:
+        raise ValueError(
+            f"train: no task's prompt fits rollout.max_total_tokens - "
+            f"rollout.max_new_tokens = {max_prompt_tokens} tokens"
+        )
+    return kept

@@ -12,8 +12,9 @@ BFCL's executor (``multi_turn_utils.execute_multi_turn_func_call``) runs each ca
 string through ``eval``. Model output is data, so the checker module is loaded as a
 private copy whose executor is :func:`execute_calls`: a call string is parsed with
 ``ast`` (a bare function name; literal arguments only) and dispatched by name to a
-public method of the task's API instances (both from :mod:`slca.simulator.fidelity`,
-which runs the same backends for the simulator's fidelity check). Everything else about
+public method of the task's API instances (both from
+:mod:`slca.data.sources.bfcl_backends`, whose backends the simulator's fidelity check
+runs too). Everything else about
 the checker runs as shipped. See docs/decisions.md, "BFCL checker".
 
 The entries, function docs and ground truth come from the installed bfcl-eval at
@@ -35,16 +36,16 @@ from typing import Any
 
 from slca.data.record import Message, TaskRecord, ToolSpec
 from slca.data.sources import bfcl as bfcl_source
-from slca.eval.bfcl import MULTI_TURN, Verdict
-from slca.rollout.types import Rollout
-from slca.simulator.core import error
-from slca.simulator.fidelity import (
+from slca.data.sources.bfcl_backends import (
     bfcl_instances,
     bfcl_methods,
     bfcl_tasks,
     bfcl_tool_specs,
     parse_call,
 )
+from slca.eval.bfcl import MULTI_TURN, Verdict
+from slca.rollout.types import Rollout
+from slca.simulator.core import error
 
 (CATEGORY,) = MULTI_TURN
 

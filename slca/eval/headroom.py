@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from slca.atomic import atomic_write_text
 from slca.data.record import TaskRecord
 from slca.eval.in_domain import SUCCESS_THRESHOLD, TOLERANCE
 from slca.rewards.config import RewardConfig
@@ -156,11 +157,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    from slca.data import io
-    from slca.eval.stages import draw_split
+    from slca.data.splits import draw_split, fitting_tasks
     from slca.modeling import load_causal_lm
     from slca.rollout.engines import HFEngine
-    from slca.training.stages import fitting_tasks
 
     model, tokenizer = load_causal_lm(args.model, dtype="float32")
     engine = HFEngine(model, tokenizer, batch_size=64)
@@ -188,7 +187,7 @@ def run(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
             seed=args.seed,
         )
     if args.out is not None:
-        io.atomic_write_text(args.out, json.dumps(report, indent=1) + "\n")
+        atomic_write_text(args.out, json.dumps(report, indent=1) + "\n")
     return report
 
 

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from slca.atomic import atomic_write_text
 from slca.tracking import RunRecord
 
 #: (metric key, column title, scale) of the report table, in order.
@@ -197,16 +198,10 @@ def write_report(runs: Sequence[RunRecord], out_dir: str | os.PathLike[str], tit
         s.arm: {"seeds": s.seeds, "runs": s.run_ids, "mean": s.mean, "std": s.std}
         for s in summaries
     }
-    _atomic_write(out / "summary.json", json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=1, sort_keys=True) + "\n")
     report = out / "report.md"
-    _atomic_write(report, "\n".join(lines))
+    atomic_write_text(report, "\n".join(lines))
     return report
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def report(

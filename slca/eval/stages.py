@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from slca.atomic import atomic_write_text
 from slca.config import (
     ConfigError,
     StrictModel,
@@ -28,6 +28,7 @@ from slca.config import (
 )
 from slca.data import io
 from slca.data.record import TaskRecord
+from slca.data.splits import draw, draw_split, fitting_tasks
 from slca.eval.bfcl import CATEGORIES
 from slca.eval.bfcl_multi_turn import CATEGORY as MULTI_TURN
 from slca.rewards.config import RewardConfig
@@ -139,15 +140,6 @@ class EvaluateParams(StrictModel):
         return check_device_setting(device)
 
 
-def draw(tasks: Sequence[TaskRecord], n: int | None, seed: int) -> list[TaskRecord]:
-    """``n`` tasks drawn with ``seed`` from ``tasks`` in id order (all when ``n`` is None
-    or larger): the same data and seed give the same subset, whatever the file order."""
-    ordered = sorted(tasks, key=lambda t: t.id)
-    if n is None or n >= len(ordered):
-        return ordered
-    return sorted(random.Random(seed).sample(ordered, n), key=lambda t: t.id)
-
-
 def evaluate(params: EvaluateParams, progress: Progress | None = None) -> dict[str, float]:
     """Evaluate ``params.model_dir``; writes the report and returns its metrics."""
     import torch
@@ -203,7 +195,6 @@ def _evaluate(
 ) -> dict[str, float]:
     from slca.rollout.engines import SamplingParams
     from slca.rollout.loop import RolloutLimits, run_rollouts
-    from slca.training.stages import RUN_FILE
 
     sampling = SamplingParams(max_new_tokens=params.max_new_tokens, temperature=0.0)
     budget = params.max_total_tokens - params.max_new_tokens
@@ -242,12 +233,10 @@ def _evaluate(
             lines += [{"set": name, **line} for line in set_lines]
     report = Path(params.report_path)
     per_task = report.with_name(report.stem + ".tasks.jsonl")
-    io.atomic_write_text(
-        per_task, "".join(json.dumps(line, sort_keys=True) + "\n" for line in lines)
-    )
-    io.atomic_write_text(report, json.dumps(metrics, indent=1, sort_keys=True) + "\n")
+    atomic_write_text(per_task, "".join(json.dumps(line, sort_keys=True) + "\n" for line in lines))
+    atomic_write_text(report, json.dumps(metrics, indent=1, sort_keys=True) + "\n")
     if params.tracking_dir is not None:
-        from slca.tracking import log_evaluation
+        from slca.tracking import RUN_FILE, log_evaluation
 
         run_file = Path(params.model_dir) / RUN_FILE
         run = json.loads(run_file.read_text()) if run_file.exists() else {}
@@ -260,27 +249,6 @@ def _evaluate(
             run_name=params.run_name or f"eval-{Path(params.model_dir).name}",
         )
     return metrics
-
-
-def draw_split(
-    in_dir: str,
-    split: str,
-    sources: list[str] | None,
-    n: int | None,
-    seed: int,
-    *,
-    where: str,
-    sources_label: str,
-) -> list[TaskRecord]:
-    """:func:`draw` of ``n`` tasks of one split (only ``sources``, when given); an error
-    naming ``where`` (the step) and the sources param (``sources_label``) when none is left."""
-    pool = [t for t in io.read_dataset(in_dir, [split]) if sources is None or t.source in sources]
-    if not pool:
-        raise ValueError(
-            f"{where}: no {split!r} task in {in_dir}"
-            + (f" from {sources_label}{sources}" if sources else "")
-        )
-    return draw(pool, n, seed)
 
 
 def _in_domain_tasks(params: EvaluateParams) -> list[TaskRecord]:
@@ -431,8 +399,6 @@ def _score_tau2(params: EvaluateParams, tasks: list[TaskRecord], rollouts: Any):
 
 
 def _fitting(tasks: list[TaskRecord], tokenizer: Any, budget: int) -> list[TaskRecord]:
-    from slca.training.stages import fitting_tasks
-
     try:
         return fitting_tasks(tasks, tokenizer, budget)
     except ValueError:  # none fits: the set is reported as all too long

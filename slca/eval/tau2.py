@@ -20,7 +20,6 @@ Protocol (single agent, no user simulator; docs/decisions.md, "τ²-bench protoc
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
 import json
 import time
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from slca.data.record import TaskRecord
+from slca.data.sources.tau2 import load, set_initial_state
 from slca.simulator.core import error, is_error
 
 DOMAINS = ("airline", "retail", "telecom")
@@ -74,14 +74,13 @@ def parse_task_id(task_id: str) -> tuple[str, str]:
 def _env_module(domain: str) -> Any:
     if domain not in DOMAINS:
         raise Tau2Error(f"unknown τ² domain {domain!r}; known: {DOMAINS}")
-    return importlib.import_module(f"tau2.domains.{domain}.environment")
+    return load(f"tau2.domains.{domain}.environment")
 
 
 @functools.cache
 def _tasks(domain: str) -> dict[str, Any]:
-    from tau2.data_model.tasks import Task
-
-    utils = importlib.import_module(f"tau2.domains.{domain}.utils")
+    Task = load("tau2.data_model.tasks").Task
+    utils = load(f"tau2.domains.{domain}.utils")
     path = next(getattr(utils, n) for n in dir(utils) if n.endswith("TASK_SET_PATH"))
     raw = json.loads(Path(path).read_text(encoding="utf-8"))
     return {t["id"]: Task.model_validate(t) for t in raw}
@@ -124,12 +123,7 @@ def initial_environment(task_id: str) -> Any:
     domain, _ = parse_task_id(task_id)
     task = official_task(task_id)
     env = new_environment(domain, solo_mode=_solo(domain))
-    state = task.initial_state
-    env.set_state(
-        initialization_data=state.initialization_data if state else None,
-        initialization_actions=state.initialization_actions if state else None,
-        message_history=(state.message_history if state else None) or [],
-    )
+    set_initial_state(env, task)
     return env
 
 
@@ -290,8 +284,8 @@ def score(
     scores a simulation that did not end with a stop. Calls whose arguments are not an
     object never reached an environment and are left out of the trajectory.
     """
-    from tau2.data_model.message import AssistantMessage, ToolCall
-
+    message = load("tau2.data_model.message")
+    AssistantMessage, ToolCall = message.AssistantMessage, message.ToolCall
     domain, _ = parse_task_id(task.id)
     official = official_task(task.id)
     env = initial_environment(task.id)
@@ -311,7 +305,7 @@ def score(
 
 def evaluate(domain: str, task: Any, trajectory: list[Any]) -> Tau2Result:
     """τ²'s ``evaluate_simulation(..., EvaluationType.ALL)`` less NL assertions."""
-    from tau2.data_model.tasks import RewardType
+    RewardType = load("tau2.data_model.tasks").RewardType
     from tau2.evaluator.evaluator_action import ActionEvaluator
     from tau2.evaluator.evaluator_communicate import CommunicateEvaluator
     from tau2.evaluator.evaluator_env import EnvironmentEvaluator

@@ -12,6 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from slca.rewards.scorers import available_summary_scorers
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
@@ -188,8 +190,6 @@ class SummaryConfig(_Strict):
     @field_validator("name")
     @classmethod
     def _registered(cls, name: str) -> str:
-        from slca.rewards.preference import available_summary_scorers
-
         if name not in available_summary_scorers():
             raise ValueError(
                 f"unknown summary scorer {name!r}; valid: {', '.join(available_summary_scorers())}"

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from slca.data.record import TaskRecord
-from slca.registry import Registry
 from slca.rewards.config import GroundedConfig, JudgeConfig, MarkerConfig, RewardModelConfig
+from slca.rewards.scorers import SUMMARY_SCORERS, register_summary_scorer
 from slca.rollout.types import Rollout
 from slca.simulator.core import is_error
 
@@ -66,22 +66,9 @@ class SummaryScorer(ABC):
         return {}
 
 
-Factory = Callable[..., SummaryScorer]
-_REGISTRY: Registry[Factory] = Registry("summary scorer")
-
-
-def register_summary_scorer(name: str) -> Callable[[Factory], Factory]:
-    """Register ``factory(config: SummaryConfig, *, generate=None)`` under ``name``."""
-    return _REGISTRY.register(name)
-
-
-def available_summary_scorers() -> list[str]:
-    return _REGISTRY.names()
-
-
 def build_summary_scorer(config: SummaryConfig, *, generate: Generate | None = None):
     """The scorer ``config.name`` names, built from its settings."""
-    return _REGISTRY.get(config.name)(config, generate=generate)
+    return SUMMARY_SCORERS.get(config.name)(config, generate=generate)
 
 
 def clean_text(text: str) -> str:

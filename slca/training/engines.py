@@ -65,7 +65,7 @@ import random
 import shutil
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -82,7 +82,6 @@ MICRO_BATCH_SETTING = "train.update.micro_batch_size"
 """The config key an out-of-memory message points at."""
 
 
-@runtime_checkable
 class UpdateEngine(Protocol):
     """What the trainer needs from an update engine (torch or DeepSpeed)."""
 

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from slca.atomic import atomic_write_text
 from slca.data import io
 from slca.jsonutil import canonical_json
 
@@ -116,7 +117,7 @@ def read_identity(directory: str | Path) -> RunIdentity | None:
 
 
 def write_identity(directory: str | Path, identity: RunIdentity) -> None:
-    io.atomic_write_text(
+    atomic_write_text(
         Path(directory) / IDENTITY_FILE, json.dumps(asdict(identity), indent=2) + "\n"
     )
 

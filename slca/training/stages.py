@@ -29,13 +29,11 @@ from slca.config import (
     overrides_of,
 )
 from slca.data import io
+from slca.data.splits import draw_split, fitting_tasks
 from slca.jsonutil import canonical_json
 from slca.training.config import EngineConfig
 
 MODEL_KINDS = ("tiny", "smollm2", "path")
-#: Written into an RL stage's ``out_dir``: the MLflow run (and experiment) that made the
-#: model, so an evaluation can log into the same run.
-RUN_FILE = "mlflow_run.json"
 
 
 class BaseModelParams(StrictModel):
@@ -410,6 +408,7 @@ def training_session(
     from slca.rollout.engines import HFEngine
     from slca.rollout.vllm_engine import check_engine
     from slca.simulator import Simulator
+    from slca.tracking import RUN_FILE
     from slca.training import identity as ids
     from slca.training.engines import build_engine
     from slca.training.rl import Trainer, complete_checkpoints, latest_checkpoint
@@ -611,8 +610,6 @@ def _tracker(config: TrainConfig, enabled: bool) -> Iterator[Any]:
 def validation_tasks(config: TrainConfig, tokenizer: Any) -> list[Any]:
     """The held-out tasks ``train.validation`` names (none when it is off): a seeded
     subset of the split, of the training sources, that fits the rollout budget."""
-    from slca.eval.stages import draw_split
-
     settings = config.validation
     if not settings.every:
         return []
@@ -627,27 +624,6 @@ def validation_tasks(config: TrainConfig, tokenizer: Any) -> list[Any]:
     )
     budget = config.rollout.max_total_tokens - config.rollout.max_new_tokens
     return fitting_tasks(drawn, tokenizer, budget)
-
-
-def fitting_tasks(tasks: list[Any], tokenizer: Any, max_prompt_tokens: int) -> list[Any]:
-    """The tasks whose rendered prompt leaves room for a turn (some real tools' schemas
-    alone run to tens of thousands of tokens); an error when none does."""
-    from slca.rollout.chat import ChatRenderer
-
-    kept = []
-    for task in tasks:
-        renderer = ChatRenderer(tokenizer, [t.model_dump() for t in task.tools])
-        prompt = renderer.prompt_ids(
-            [{"role": m.role, "content": m.content} for m in task.messages]
-        )
-        if len(prompt) <= max_prompt_tokens:
-            kept.append(task)
-    if not kept:
-        raise ValueError(
-            f"train: no task's prompt fits rollout.max_total_tokens - "
-            f"rollout.max_new_tokens = {max_prompt_tokens} tokens"
-        )
-    return kept
 
 
 def data_hashes(in_dir: str | Path) -> dict[str, str]:

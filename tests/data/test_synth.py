@@ -100,6 +100,14 @@ def test_unknown_domain_is_rejected():
         SynthParams(domains=["weather", "stocks"])
 
 
+def test_the_params_know_exactly_the_generators_domains():
+    # params validates names without importing the generator; the two lists must agree
+    from slca.data.params import SYNTH_DOMAINS
+
+    assert set(SYNTH_DOMAINS) == set(DOMAINS) == set(TOOLS)
+    assert SynthParams(domains=list(SYNTH_DOMAINS)).domains == list(SYNTH_DOMAINS)
+
+
 def test_generate_task_ids_are_unique_and_stable():
     p = SynthParams(n_tasks=30)
     rs = generate(p, 4)

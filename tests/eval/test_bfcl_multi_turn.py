@@ -13,12 +13,13 @@ import sys
 import pytest
 from helpers import ScriptedEngine, bfcl_json_step
 
+from slca.data.sources import SourceError
+from slca.data.sources.bfcl_backends import bfcl_tool_specs, load_bfcl_class, parse_call
 from slca.eval import bfcl
 from slca.eval import bfcl_multi_turn as mt
 from slca.rollout.engines import SamplingParams
 from slca.rollout.loop import RolloutLimits, run_rollouts
 from slca.simulator.core import is_error
-from slca.simulator.fidelity import FidelityError, bfcl_tool_specs, load_bfcl_class, parse_call
 from slca.training.tiny import train_tokenizer
 
 pytestmark = pytest.mark.skipif(
@@ -108,7 +109,7 @@ def test_call_strings_are_parsed_never_evaluated(monkeypatch):
         "cd",
         "cd(folder='a'); rm(file_name='b')",
     ):
-        with pytest.raises(FidelityError):
+        with pytest.raises(SourceError):
             parse_call(bad, "t")
 
 

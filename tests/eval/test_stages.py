@@ -13,9 +13,8 @@ from slca.eval import report as report_module
 from slca.eval.stages import EvaluateParams, draw, evaluate, main, transcript
 from slca.grammar import parse_turn
 from slca.rollout.types import ExecutedCall, Rollout, Turn
-from slca.tracking import experiment_runs
+from slca.tracking import RUN_FILE, experiment_runs
 from slca.training.stages import (
-    RUN_FILE,
     BaseModelParams,
     SFTParams,
     build_base_model,

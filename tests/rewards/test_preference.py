@@ -45,6 +45,20 @@ def test_registry():
         RewardConfig.model_validate({"summary": {"grounded": {"typo": 1}}})
 
 
+def test_the_config_knows_the_built_in_scorers_without_importing_them_itself():
+    # slca.rewards.config does not import the scorers (no cycle); importing it alone
+    # still registers them, through the package
+    import subprocess
+    import sys
+
+    code = (
+        "from slca.rewards.config import SummaryConfig\n"
+        "for name in ('grounded', 'judge', 'marker'):\n"
+        "    SummaryConfig(name=name)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 # ---------------------------------------------------------------- grounded
 def test_grounded_facts_first_response_values_as_fallback(b):
     d = _grounded(b, "It is 21°C in Paris right now.", facts=FACTS)

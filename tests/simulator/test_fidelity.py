@@ -13,10 +13,12 @@ from types import SimpleNamespace
 import jsonschema
 import pytest
 
+from slca.data.sources import SourceError
+from slca.data.sources import bfcl_backends as backends
+from slca.data.sources.bfcl_backends import parse_call
 from slca.simulator import Simulator, error
 from slca.simulator import fidelity as fid
 from slca.simulator.fidelity import (
-    FidelityError,
     Pair,
     error_agreement,
     is_failure,
@@ -24,7 +26,6 @@ from slca.simulator.fidelity import (
     key_overlap,
     leaves,
     loosely_equal,
-    parse_call,
     summarize,
     type_agreement,
     value_agreement,
@@ -202,7 +203,7 @@ def test_parse_call_reads_literals_without_evaluating():
     ],
 )
 def test_parse_call_rejects_anything_but_a_literal_call(text, problem):
-    with pytest.raises(FidelityError, match=problem) as exc:
+    with pytest.raises(SourceError, match=problem) as exc:
         parse_call(text, "BFCL_v4_x.json line 3 (id t): ground_truth[0][1]")
     assert "ground_truth[0][1]" in str(exc.value)
 
@@ -279,7 +280,7 @@ def test_tau2_domain_errors_are_real_errors_the_simulator_never_gives(quiet_tau2
 
 @needs_tau2
 def test_tau2_bad_input_names_the_file(quiet_tau2):
-    with pytest.raises(FidelityError, match=r"tau2 airline/tasks.json \(split 'nope'\)"):
+    with pytest.raises(SourceError, match=r"tau2 airline/tasks.json \(split 'nope'\)"):
         list(fid.tau2_pairs("airline", Simulator(), task_split="nope"))
 
 
@@ -313,7 +314,7 @@ def test_tau2_user_actions_run_on_the_real_environment_but_are_not_compared(
 def test_bfcl_backends_import_without_the_harness_or_its_dependencies():
     code = (
         "import json, sys\n"
-        "from slca.simulator.fidelity import BFCL_BACKENDS, load_bfcl_class\n"
+        "from slca.data.sources.bfcl_backends import BFCL_BACKENDS, load_bfcl_class\n"
         "names = [load_bfcl_class(n).__name__ for n in BFCL_BACKENDS]\n"
         "mods = sorted(m for m in sys.modules if m.split('.')[0] in "
         "('bfcl_eval', 'requests', 'serpapi', 'bs4', 'faiss', 'sentence_transformers', "
@@ -322,15 +323,15 @@ def test_bfcl_backends_import_without_the_harness_or_its_dependencies():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     names, mods = json.loads(out.stdout)
-    assert names == list(fid.BFCL_BACKENDS)
-    pkg = fid.BFCL_BACKEND_PACKAGE
+    assert names == list(backends.BFCL_BACKENDS)
+    pkg = backends.BFCL_BACKEND_PACKAGE
     expected = {
         "bfcl_eval",
         "bfcl_eval.eval_checker",
         "bfcl_eval.eval_checker.multi_turn_eval",
         pkg,
         f"{pkg}.long_context",
-        *(f"{pkg}.{module}" for module, _ in fid.BFCL_BACKENDS.values()),
+        *(f"{pkg}.{module}" for module, _ in backends.BFCL_BACKENDS.values()),
     }
     assert set(mods) == expected
 
@@ -352,7 +353,7 @@ def test_bfcl_file_system_task_end_to_end():
         ]
     }
     assert pairs[5].arguments == {"file_name": "final_report.pdf"}  # positional, bound by name
-    specs = {s["name"]: s for s in fid.bfcl_tool_specs("GorillaFileSystem")}
+    specs = {s["name"]: s for s in backends.bfcl_tool_specs("GorillaFileSystem")}
     for p in pairs:
         assert not is_failure(p.real), p
         jsonschema.validate(p.sim, specs[p.tool]["response"])
@@ -363,8 +364,8 @@ def test_bfcl_file_system_task_end_to_end():
 def test_bfcl_class_filter_and_backend_errors(monkeypatch):
     pairs = list(fid.bfcl_pairs(Simulator(), classes=["GorillaFileSystem"], limit=2))
     assert {p.task_id for p in pairs} == {"multi_turn_base_1", "multi_turn_base_3"}
-    with pytest.raises(FidelityError, match="unknown BFCL backend 'WebSearchAPI'"):
-        fid.load_bfcl_class("WebSearchAPI")
+    with pytest.raises(SourceError, match="unknown BFCL backend 'WebSearchAPI'"):
+        backends.load_bfcl_class("WebSearchAPI")
 
 
 @needs_bfcl
@@ -393,16 +394,14 @@ def test_bfcl_bad_records_name_the_file_and_field(tmp_path, monkeypatch):
     answer("add(a=1, b=2)", "add(a=__import__('os').getcwd(), b=1)")
     it = fid.bfcl_pairs(Simulator())
     assert next(it).real == {"result": 3}
-    with pytest.raises(FidelityError) as exc:
+    with pytest.raises(SourceError) as exc:
         next(it)
     assert "BFCL_v4_multi_turn_base.json line 1 (id t1): ground_truth[0][1]" in str(exc.value)
     answer("rm(file_name='x')")
-    with pytest.raises(
-        FidelityError, match=r"ground_truth\[0\]\[0\]: 'rm' is no method of MathAPI"
-    ):
+    with pytest.raises(SourceError, match=r"ground_truth\[0\]\[0\]: 'rm' is no method of MathAPI"):
         list(fid.bfcl_pairs(Simulator()))
     answer("add(a=1, b=2, c=3)")
-    with pytest.raises(FidelityError, match=r"ground_truth\[0\]\[0\]: .*argument"):
+    with pytest.raises(SourceError, match=r"ground_truth\[0\]\[0\]: .*argument"):
         list(fid.bfcl_pairs(Simulator()))
 
 

@@ -176,7 +176,7 @@ def test_the_train_stage_under_torchrun_with_zero3_tracks_and_writes_once(worksp
 
 def test_tasks_whose_prompt_cannot_fit_a_turn_are_left_out(workspace):
     from slca.data import io
-    from slca.training.stages import fitting_tasks
+    from slca.data.splits import fitting_tasks
 
     root, _ = workspace
     _, tokenizer = load_causal_lm(root / "models/base")

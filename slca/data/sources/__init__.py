@@ -30,6 +30,11 @@ class SourceItem(NamedTuple):
     build: Callable[[], TaskRecord]
 
 
+class SourceError(ValueError):
+    """A source's file or record is malformed; the message names the file, the record
+    and the field (``BFCL_v4_multi_turn_base.json line 3 (id x): ground_truth[0][1]: …``)."""
+
+
 class MissingSource(RuntimeError):
     pass
 

