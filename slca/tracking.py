@@ -35,6 +35,8 @@ them and the tracker logs whatever it is given:
 ``sim/invalid_rate``               simulator responses replaced by errors
 ``perf/tokens_per_s``              throughput of the step
 ``perf/step_s``                    wall time of the step
+``perf/<phase>_s``                 time of each phase (``slca.training.rl.PHASES``)
+``judge/calls``, ``judge/failures`` the judge's counters (with that scorer)
 ``tracking/nonfinite_metrics``     values dropped at this step (NaN/inf)
 =================================  ==========================================
 

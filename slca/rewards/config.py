@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from slca.rewards.scorers import available_summary_scorers
+from slca.rollout.vllm_config import VLLMConfig
 
 
 class _Strict(BaseModel):
@@ -134,7 +135,26 @@ class TruncationConfig(_Strict):
 
 
 class JudgeConfig(_Strict):
-    """The ``judge`` summary scorer: an LLM rates the answer 1-5."""
+    """The ``judge`` summary scorer: an LLM rates the answer 1-5. The trainer runs it on
+    a model of its own (never the policy: see docs/decisions.md, "Trainer factory")."""
+
+    model: str | None = None
+    """The judge: a local HF checkpoint directory, a ``.gguf`` file or ``smollm2``;
+    training requires it (a caller of ``score_batch`` may pass its own ``generate``
+    instead). Loaded once, frozen."""
+    engine: Literal["hf", "vllm"] = "hf"
+    """transformers ``generate`` (``hf``; CPU or GPU) or a vLLM engine (CPU or CUDA; a
+    checkpoint directory only), as the rollout engines are."""
+    device: str | None = None
+    """``hf``: where the judge runs; null: the policy's device."""
+    batch_size: int = Field(8, ge=1)
+    """``hf``: prompts per ``generate`` call."""
+    max_new_tokens: int = Field(128, ge=1)
+    """Tokens of one reply (a justification, then ``Rating: N``)."""
+    temperature: float = Field(0.0, ge=0)
+    """0: greedy, the same summary gets the same rating every time."""
+    vllm: VLLMConfig = Field(default_factory=lambda: VLLMConfig(memory_share=0.2))
+    """The vLLM engine when ``engine`` is ``vllm`` (0.2 of the device by default)."""
 
     failure_score: float = Field(0.5, ge=0, le=1)
     """Score of a summary whose rating cannot be parsed or whose generation failed

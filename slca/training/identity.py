@@ -49,6 +49,7 @@ NOT_IDENTITY = (
     "rollout.generation_batch_size",
     "update.micro_batch_size",
     "engine.gradient_checkpointing",
+    "simulator.cache",
 )
 """Dotted ``train`` keys left out of the config fingerprint."""
 

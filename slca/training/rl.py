@@ -36,7 +36,7 @@ from slca.config import TrainConfig
 from slca.data.record import TaskRecord
 from slca.eval.in_domain import in_domain_metrics
 from slca.losses import policy_loss
-from slca.rewards.config import RewardConfig
+from slca.rewards.preference import SummaryScorer, build_summary_scorer
 from slca.rewards.score import RewardBreakdown, per_block_rewards, score_batch
 from slca.rollout.engines import Engine, SamplingParams
 from slca.rollout.loop import RolloutLimits, run_rollouts
@@ -53,6 +53,16 @@ class Tracker(Protocol):
     def log_metrics(self, metrics: dict[str, float], step: int) -> None: ...
     def log_histograms(self, step: int, values: dict[str, Any]) -> None: ...
     def log_checkpoint(self, path: Path, step: int) -> None: ...
+
+
+PHASES: tuple[str, ...] = ("rollout", "score", "logprobs", "update", "backward", "optimizer")
+"""The phases every step's metrics time, as ``perf/<phase>_s`` (seconds, this rank's):
+``rollout`` (drawing tasks, syncing weights, sampling; the simulator included),
+``score`` (HierR, the summary scorer included), ``logprobs`` (old and reference
+log-probs), ``update`` (the policy update: forwards and loss, ``backward`` and
+``optimizer``, which are also given on their own). On CUDA the backward pass runs
+asynchronously, so its kernels are charged to the next phase that waits for them
+(``optimizer``, whose gradient norm synchronises)."""
 
 
 class TrainingDiverged(RuntimeError):
@@ -121,7 +131,7 @@ class Trainer:
         checkpoint_dir: str | Path,
         reference: torch.nn.Module | None = None,
         tracker: Tracker | None = None,
-        summary_scorer: Any = None,
+        summary_scorer: SummaryScorer | None = None,
         progress: Any = None,
         run_id: str | None = None,
         validation_tasks: Sequence[TaskRecord] = (),
@@ -142,7 +152,19 @@ class Trainer:
             reference.to(device=update.device, dtype=dtype).eval()
         self.config, self.tokenizer, self.update = config, tokenizer, update
         self.rollout_engine, self.simulator, self.reference = rollout_engine, simulator, reference
+        if summary_scorer is None:  # built once: a reward model loads once, not every step
+            summary = config.rewards.summary
+            if summary.name == "judge":
+                raise ValueError(
+                    "train.rewards.summary.name=judge needs the judge's engine: build the "
+                    "trainer with slca.training.factory.build_trainer, or pass summary_scorer"
+                )
+            summary_scorer = build_summary_scorer(summary)
         self.tracker, self.summary_scorer, self.progress = tracker, summary_scorer, progress
+        # validation's figures are defined against gold (as evaluate's): the run's reward
+        # settings and summary scorer, with R_tool in process mode whatever the run's mode
+        self.validation_rewards = config.rewards.model_copy(update={"mode": "process"})
+        self._phase_s: dict[str, float] = {}
         self.sampler = TaskSampler(tasks, config.seed)
         self.tasks_by_id = {t.id: t for t in tasks}
         self.validation_tasks = list(validation_tasks)
@@ -172,7 +194,9 @@ class Trainer:
         """Validate when due, log a finished step's metrics, report progress, checkpoint
         when due."""
         if self._validation_due():
+            started = time.perf_counter()
             metrics = {**metrics, **self.validate()}
+            metrics["perf/validate_s"] = time.perf_counter() - started
         if self.tracker is not None:
             self.tracker.log_metrics(metrics, step=self.state.step)
         if self.progress is not None:
@@ -210,7 +234,9 @@ class Trainer:
                 first_group=first,
             )
         tasks = {t.id: t for t in self.validation_tasks}
-        scores = score_batch(rollouts, tasks, RewardConfig(mode="process"))
+        scores = score_batch(
+            rollouts, tasks, self.validation_rewards, summary_scorer=self.summary_scorer
+        )
         scores = [s for part in self._gather(scores) for s in part]
         return {f"val/{k.partition('/')[2]}": v for k, v in in_domain_metrics(scores).items()}
 
@@ -219,6 +245,7 @@ class Trainer:
         current weights). Changes no trainer state: a failed call can be retried."""
         cfg = self.config
         started = time.perf_counter()
+        self._phase_s = {}
         step = self.state.step + 1
         drawn = self.sampler.take(self.state.tasks_drawn, cfg.rollout.tasks_per_step)
         share = len(drawn) // self.update.world_size
@@ -254,12 +281,13 @@ class Trainer:
 
     def score(self, sampled: Sampled) -> list[RewardBreakdown]:
         """HierR of every rollout (asks the summary scorer: a judge may be remote)."""
-        return score_batch(
-            sampled.rollouts,
-            self.tasks_by_id,
-            self.config.rewards,
-            summary_scorer=self.summary_scorer,
-        )
+        with self._timed("score"):
+            return score_batch(
+                sampled.rollouts,
+                self.tasks_by_id,
+                self.config.rewards,
+                summary_scorer=self.summary_scorer,
+            )
 
     def learn(self, sampled: Sampled, scores: Sequence[RewardBreakdown]) -> dict[str, float]:
         """Advantages, the policy update, and the step's metrics; advances the step."""
@@ -278,9 +306,8 @@ class Trainer:
             batch.kind_codes, algorithm.segments.routing, mode=algorithm.segments.mode
         )
         loss_mask = union_mask(masks)
-        logprobs_started = time.perf_counter()
-        old, ref = self._reference_logprobs(batch, rows)
-        logprobs_s = time.perf_counter() - logprobs_started
+        with self._timed("logprobs"):
+            old, ref = self._reference_logprobs(batch, rows)
         extra = {}
         if algorithm.advantage.granularity == "per_call":
             extra = {
@@ -303,8 +330,7 @@ class Trainer:
             **algorithm.advantage.switches(),
             **extra,
         )
-        update_started = time.perf_counter()
-        with explain_oom(cfg.update.micro_batch_size):
+        with self._timed("update"), explain_oom(cfg.update.micro_batch_size):
             actor = self._update(batch, rows, old, ref, advantages, loss_mask, step)
         if step % cfg.histogram_every == 0:
             cosine = self._gradient_cosine(batch, rows, old, advantages, masks)
@@ -333,15 +359,25 @@ class Trainer:
             "rollout/policy_tokens": float(batch.policy_mask.sum()),
             "rollout/finished_frac": _mean(r.finish_reason == "stop" for r in rollouts),
             **simulator_stats.as_metrics(),
+            **self.summary_scorer.metrics(),
             "perf/step_s": elapsed,
+            **{f"perf/{phase}_s": self._phase_s.get(phase, 0.0) for phase in PHASES},
             "perf/rollout_s": sampled.rollout_s,
-            "perf/logprobs_s": logprobs_s,
-            "perf/update_s": time.perf_counter() - update_started,
             "perf/tokens_per_s": batch.n_tokens / elapsed,
         }
+        self._phase_s = {}
         return metrics
 
     # ------------------------------------------------------------------ pieces
+
+    @contextlib.contextmanager
+    def _timed(self, phase: str) -> Any:
+        """Adds the block's wall time to ``phase`` (see :data:`PHASES`)."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._phase_s[phase] = self._phase_s.get(phase, 0.0) + time.perf_counter() - started
 
     def _sync_rollout_weights(self) -> None:
         if not getattr(self.rollout_engine, "shares_module", False):
@@ -508,13 +544,15 @@ class Trainer:
                             # lockstep, which DDP and DeepSpeed need.
                             loss = logp.sum() * float("nan")
                         # DeepSpeed reduces gradients at the last micro-batch of a minibatch.
-                        self.update.backward(loss * (share * world), boundary=boundary)
+                        with self._timed("backward"):
+                            self.update.backward(loss * (share * world), boundary=boundary)
                     if share:
                         metrics["actor/entropy"] = entropy[mask].mean()
                         for key, value in metrics.items():
                             running[key] = running.get(key, 0.0) + share * float(value)
                         weight += share
-                grad_norm = self.update.step()
+                with self._timed("optimizer"):
+                    grad_norm = self.update.step()
                 if not math.isfinite(grad_norm):
                     self._skip_step()  # the whole minibatch: none of its metrics count
                     continue

@@ -405,25 +405,16 @@ def training_session(
     save). ``track=False`` logs nothing (no MLflow import: a machine without it)."""
     from slca.locks import ExclusiveLock
     from slca.modeling import load_causal_lm, load_tokenizer, resolve_model_source
-    from slca.rollout.engines import HFEngine
-    from slca.rollout.vllm_engine import check_engine
-    from slca.simulator import Simulator
     from slca.tracking import RUN_FILE
     from slca.training import identity as ids
-    from slca.training.engines import build_engine
-    from slca.training.rl import Trainer, complete_checkpoints, latest_checkpoint
+    from slca.training.factory import build_trainer, check_engines
+    from slca.training.rl import complete_checkpoints, latest_checkpoint
 
     # an absolute path: a relative one ("models/sft") reads as a Hub repo id to
     # mlflow.transformers, which then spends a minute retrying the network for its card
     init_dir = Path(config.init_dir).resolve()
-    rollout = config.rollout  # an engine that cannot start fails before anything is made
-    check_engine(
-        rollout.engine,
-        rollout.vllm,
-        setting="train.rollout.engine",
-        model_dir=init_dir,
-        max_model_len=rollout.max_total_tokens,
-    )
+    # an engine that cannot start fails before anything is made
+    check_engines(config, init_dir=init_dir)
     checkpoint_dir = checkpoint_path(config)
     out_dir = Path(config.out_dir)
     # the launcher's rank: known before the engine exists, and the engine agrees with it
@@ -474,34 +465,19 @@ def training_session(
         else:  # rank 0 planned the same start; the others follow its checkpoints
             action = "resume" if resume and latest_checkpoint(checkpoint_dir) else "fresh"
             run_id = None
-        model, tokenizer = load_causal_lm(source, dtype="float32")
-        reference = None
-        if config.algorithm.loss.kl_coef > 0:
-            reference, _ = load_causal_lm(source, dtype="float32")
-            reference.requires_grad_(False)
-        # vLLM starts before the update engine takes device memory (its share is a share
-        # of the whole device); it is stopped when the session ends
-        vllm_engine = _vllm_rollout_engine(config, init_dir, tokenizer)
-        if vllm_engine is not None:
-            stack.enter_context(vllm_engine)
-        update = build_engine(model, config.engine)
-        # ZeRO-3 leaves each rank a shard of the module: generation then needs a copy
-        sharded = config.engine.engine == "deepspeed" and config.engine.zero_stage == 3
-        if vllm_engine is not None:
-            rollout_engine = vllm_engine
-        elif sharded:
-            dtype = next(update.module.parameters()).dtype
-            copy, _ = load_causal_lm(source, dtype=dtype, device=update.device)
-            rollout_engine = HFEngine(
-                copy,
-                tokenizer,
-                batch_size=config.rollout.generation_batch_size,
-                shares_module=False,
-            )
-        else:
-            rollout_engine = HFEngine(
-                update.module, tokenizer, batch_size=config.rollout.generation_batch_size
-            )
+        # the policy, engines, simulator and scorer, once, from the configuration; what
+        # must be closed (vLLM engines, the simulator's cache) closes with the session
+        trainer = build_trainer(
+            config,
+            tokenizer=tokenizer,
+            tasks=tasks,
+            checkpoint_dir=checkpoint_dir,
+            stack=stack,
+            validation_tasks=validation,
+            tracker=tracker,
+            progress=progress if main else None,
+        )
+        update = trainer.update
         if main and action == "replace":  # the inputs loaded: now the old checkpoints may go
             ids.remove_checkpoints(checkpoint_dir)
         if tracker is not None:
@@ -527,24 +503,11 @@ def training_session(
             tracker.log_params(config.model_dump(mode="json"), data_hashes=hashes)
         if main:
             ids.write_identity(checkpoint_dir, ours)
-        trainer = Trainer(
-            config,
-            tasks=tasks,
-            tokenizer=tokenizer,
-            update=update,
-            rollout_engine=rollout_engine,
-            simulator=Simulator(),
-            checkpoint_dir=checkpoint_dir,
-            reference=reference,
-            tracker=tracker,
-            progress=progress if main else None,
-            run_id=None if tracker is None else tracker.run_id,
-            validation_tasks=validation,
-        )
         if action == "resume":
             trainer.restore()
-            if tracker is not None:
-                trainer.state.run_id = tracker.run_id
+        if tracker is not None:
+            trainer.state.run_id = tracker.run_id
+            if action == "resume":
                 for path in complete_checkpoints(checkpoint_dir):  # uploads cut short
                     tracker.log_checkpoint(path, int(path.name.split("_")[1]))
         yield trainer
@@ -571,27 +534,12 @@ def training_session(
         if tracker is not None:
             from slca.tracking import write_curves
 
+            sharded = config.engine.engine == "deepspeed" and config.engine.zero_stage == 3
             logged = load_causal_lm(out_dir)[0] if sharded else update.module
             tracker.log_model(logged, tokenizer)
             if config.curve_path is not None:
                 write_curves(tracker.run_id, config.curve_path, tracking_uri=tracker.tracking_uri)
         ids.write_identity(checkpoint_dir, ids.completed(ours))
-
-
-def _vllm_rollout_engine(config: TrainConfig, init_dir: Path, tokenizer: Any) -> Any:
-    """The vLLM rollout engine, or None for ``train.rollout.engine: hf``."""
-    if config.rollout.engine != "vllm":
-        return None
-    from slca.rollout.vllm_engine import VLLMEngine
-
-    return VLLMEngine(
-        init_dir,
-        stop_token_ids=[tokenizer.eos_token_id],
-        settings=config.rollout.vllm,
-        max_model_len=config.rollout.max_total_tokens,
-        seed=config.seed,
-        setting="train.rollout.engine",
-    )
 
 
 @contextmanager

@@ -72,6 +72,7 @@ def make(
     kl_coef=0.0,
     granularity="trajectory",
     script=None,
+    summary_scorer=None,
     **overrides,
 ):
     tasks, tokenizer = world
@@ -102,6 +103,7 @@ def make(
         simulator=Simulator(),
         checkpoint_dir=tmp_path / "ckpt",
         tracker=recorder,
+        summary_scorer=summary_scorer,
     )
     return trainer, model, recorder
 
@@ -429,3 +431,98 @@ def test_micro_batching_does_not_change_the_update(world, tmp_path, aggregation)
     # moves a weight by a fraction of lr (1e-3 here); 1e-5 is 1% of one step
     for key in a:
         torch.testing.assert_close(a[key], b[key], rtol=0, atol=1e-5)
+
+
+# ---------------------------------------------------------------- issue 18: the factory
+
+
+def test_the_summary_scorer_is_built_once_for_every_step_and_validation(
+    world, tmp_path, monkeypatch
+):
+    import slca.rewards.preference as preference
+
+    built = []
+    original = preference.GroundedScorer.__init__
+
+    def counting(self, *args, **kwargs):
+        built.append(self)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(preference.GroundedScorer, "__init__", counting)
+    trainer, _, recorder = make(world, tmp_path, steps=3, validation={"every": 1})
+    trainer.validation_tasks = world[0][:1]
+    trainer.run()
+    assert [s for s, m in recorder.metrics if "val/summary" in m] == [1, 2, 3]
+    assert len(built) == 1 and built[0] is trainer.summary_scorer
+
+
+def test_validation_scores_with_the_run_summary_scorer_and_reward_settings(world, tmp_path):
+    """The scripted greedy answer is the right call, then "It is <t> degrees in <city>.":
+    the run's marker scorer decides val/summary, the run's process weights val/process."""
+    figures = {}
+    for text in ("degrees in", "no such phrase"):
+        trainer, _, recorder = make(
+            world,
+            tmp_path / text.replace(" ", "_"),
+            steps=1,
+            validation={"every": 1},
+            rewards={
+                "summary": {"name": "marker", "marker": {"text": text}},
+                "process": {"format": 1.0, "name": 0, "key": 0, "value": 0, "parallel": 0},
+            },
+        )
+        trainer.validation_tasks = world[0][:1]
+        trainer.run()
+        figures[text] = recorder.metrics[0][1]
+    assert figures["degrees in"]["val/summary"] == 1.0
+    assert figures["no such phrase"]["val/summary"] == 0.0
+    assert figures["no such phrase"]["val/process"] == figures["no such phrase"]["val/format"]
+
+
+def test_validation_stays_against_gold_when_the_run_rewards_execution(world, tmp_path):
+    trainer, _, recorder = make(
+        world, tmp_path, steps=1, validation={"every": 1}, rewards={"mode": "execution"}
+    )
+    trainer.validation_tasks = world[0][:1]
+    trainer.run()
+    assert recorder.metrics[0][1]["val/success_at_0.9"] == 1.0
+
+
+def test_a_judge_without_its_engine_is_refused_when_the_trainer_is_built(world, tmp_path):
+    with pytest.raises(ValueError, match="build_trainer"):
+        make(world, tmp_path, rewards={"summary": {"name": "judge", "judge": {"model": "x"}}})
+
+
+def test_a_judge_on_a_local_tiny_model_scores_from_step_1(world, tmp_path):
+    from slca.config import TrainConfig
+    from slca.training.factory import build_scorer
+
+    tasks, tokenizer = world
+    judge_dir = tmp_path / "judge"
+    tiny_model(tokenizer, seed=3).save_pretrained(judge_dir)
+    tokenizer.save_pretrained(judge_dir)
+    summary = {"name": "judge", "judge": {"model": str(judge_dir), "max_new_tokens": 6}}
+    config = TrainConfig.model_validate({"rewards": {"summary": summary}})
+    scorer = build_scorer(config.rewards.summary)
+    trainer, _, _ = make(
+        world, tmp_path / "run", steps=1, rewards={"summary": summary}, summary_scorer=scorer
+    )
+    metrics = trainer.train_step()
+    # the group's two summaries after the right call were rated by the tiny judge (which
+    # cannot rate: each reply falls back to the failure score), none failed to generate
+    assert metrics["judge/calls"] >= 1 and metrics["judge/engine_errors"] == 0
+    assert metrics["judge/failures"] == metrics["judge/calls"]
+
+
+def test_every_phase_is_timed_in_the_step_metrics(world, tmp_path):
+    from slca.training.rl import PHASES
+
+    trainer, _, recorder = make(world, tmp_path, steps=2, validation={"every": 2})
+    trainer.validation_tasks = world[0][:1]
+    trainer.run()
+    for step, m in recorder.metrics:
+        assert all(m[f"perf/{p}_s"] > 0 for p in PHASES), m
+        assert m["perf/backward_s"] + m["perf/optimizer_s"] <= m["perf/update_s"]
+        parts = sum(m[f"perf/{p}_s"] for p in ("rollout", "score", "logprobs", "update"))
+        assert parts <= m["perf/step_s"]
+        assert ("perf/validate_s" in m) == (step == 2)

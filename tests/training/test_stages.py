@@ -228,3 +228,32 @@ def test_the_smollm2_base_model_renders_tools_in_its_prompts(tmp_path):
     assert "get_weather" in prompt and "<tools>" in prompt
     model, _ = load_causal_lm(out)
     assert model.config.model_type == "llama" and model.dtype == torch.float32
+
+
+def test_the_session_builds_the_configured_simulator_and_judge_once(workspace, tmp_path):
+    """train.simulator and the judge's local engine reach the trainer the stage runs; the
+    judge rates the summaries of step 1 on its own model (the tiny base model here)."""
+    from slca.rewards.preference import JudgeScorer
+    from slca.training.stages import training_session
+
+    root, _ = workspace
+    config = train_config(
+        root,
+        steps=1,
+        out_dir=str(tmp_path / "out"),
+        checkpoint_dir=str(tmp_path / "ckpt"),
+        simulator={"seed": 5, "cache": str(tmp_path / "sim.sqlite")},
+        rewards={
+            "summary": {
+                "name": "judge",
+                "judge": {"model": str(root / "models/base"), "max_new_tokens": 4},
+            }
+        },
+    )
+    with training_session(config, track=False) as trainer:
+        assert trainer.simulator.seed == 5 and trainer.simulator.backend.name == "schema"
+        assert isinstance(trainer.summary_scorer, JudgeScorer)
+        metrics = trainer.train_step()
+        trainer.end_step(metrics)
+    assert metrics["judge/engine_errors"] == 0
+    assert (tmp_path / "sim.sqlite").exists()

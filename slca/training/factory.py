@@ -1,0 +1,225 @@
+"""One place that turns a :class:`~slca.config.TrainConfig` into a ready
+:class:`~slca.training.rl.Trainer`: the policy and its frozen reference, the update and
+rollout engines, the simulator, the summary scorer (with the judge's engine) — each
+built once, from the configuration, and nothing built that it does not name.
+
+:func:`check_engines` refuses an engine that cannot start before anything is loaded;
+:func:`build_trainer` builds the rest, in the order device memory needs (vLLM engines
+take their share of the device before the update engine does). Engines and files that
+must be closed are closed by the caller's :class:`contextlib.ExitStack`.
+
+The judge never shares the policy's engine: a policy that judged its own answers would
+be rewarded by a moving target that it can learn to please (see docs/decisions.md,
+"Trainer factory").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from slca.config import SimulatorConfig, TrainConfig
+from slca.data.record import TaskRecord
+from slca.rewards.config import JudgeConfig, SummaryConfig
+from slca.rewards.preference import Generate, SummaryScorer, build_summary_scorer
+from slca.simulator import Simulator
+from slca.training.rl import Tracker, Trainer
+
+JUDGE_SETTING = "train.rewards.summary.judge.engine"
+SIMULATOR_SETTING = "train.simulator.llm.engine"
+
+
+def check_engines(config: TrainConfig, *, init_dir: str | Path) -> None:
+    """Raise :class:`~slca.rollout.vllm_engine.EngineUnavailable` (one line naming the
+    setting and the fix) when a vLLM engine the configuration asks for cannot start."""
+    from slca.rollout.vllm_engine import check_engine
+
+    rollout = config.rollout
+    check_engine(
+        rollout.engine,
+        rollout.vllm,
+        setting="train.rollout.engine",
+        model_dir=init_dir,
+        max_model_len=rollout.max_total_tokens,
+    )
+    summary = config.rewards.summary
+    if summary.name == "judge":
+        check_engine(
+            summary.judge.engine,
+            summary.judge.vllm,
+            setting=JUDGE_SETTING,
+            model_dir=summary.judge.model,
+        )
+    simulator = config.simulator
+    if simulator.backend == "llm" and simulator.llm.engine == "vllm":
+        check_engine("vllm", simulator.llm.vllm, setting=SIMULATOR_SETTING)
+
+
+def build_simulator(
+    config: SimulatorConfig, *, device: Any = "cpu", stack: contextlib.ExitStack | None = None
+) -> Simulator:
+    """The simulator ``train.simulator`` describes. With ``stack``, its cache file is
+    locked for the run on rank 0 (one writer per store) and closed when the stack is."""
+    options: dict[str, Any] = {}
+    if config.backend == "llm":
+        llm = config.llm
+        options = {
+            "model": llm.model,
+            "engine": llm.engine,
+            "device": str(llm.device or device),
+            "max_new_tokens": llm.max_new_tokens,
+            "temperature": llm.temperature,
+            "top_p": llm.top_p,
+            "vllm": llm.vllm,
+        }
+    if config.cache is not None and stack is not None and os.environ.get("RANK", "0") == "0":
+        from slca.locks import ExclusiveLock
+
+        cache = Path(config.cache)
+        stack.enter_context(
+            ExclusiveLock(
+                cache.with_name(f".{cache.name}.lock"), what=f"train.simulator.cache {cache}"
+            )
+        )
+    simulator = Simulator(config.backend, seed=config.seed, cache_path=config.cache, **options)
+    if stack is not None:
+        stack.enter_context(simulator)
+    return simulator
+
+
+def judge_generate(
+    judge: JudgeConfig,
+    *,
+    device: Any = "cpu",
+    seed: int = 0,
+    stack: contextlib.ExitStack | None = None,
+) -> Generate:
+    """``generate(prompts) -> replies`` on the judge's own model: transformers (``hf``)
+    on ``judge.device`` (null: ``device``, the policy's) or a vLLM engine, each prompt a
+    user turn in the judge's chat template."""
+    from slca.modeling import load_causal_lm, load_tokenizer, resolve_model_source
+    from slca.rollout.engines import HFEngine, SamplingParams, text_generator
+
+    if not judge.model:
+        raise ValueError("train.rewards.summary.judge.model: required for the judge scorer")
+    source = resolve_model_source(judge.model)
+    params = SamplingParams(
+        max_new_tokens=judge.max_new_tokens, temperature=judge.temperature, seed=seed
+    )
+    if judge.engine == "vllm":
+        from slca.rollout.vllm_engine import VLLMEngine
+
+        tokenizer = load_tokenizer(source)
+        engine: Any = VLLMEngine(
+            source.directory,
+            stop_token_ids=[tokenizer.eos_token_id],
+            settings=judge.vllm,
+            seed=seed,
+            setting=JUDGE_SETTING,
+        )
+        if stack is not None:
+            stack.enter_context(engine)
+    else:
+        where = judge.device or device
+        model, tokenizer = load_causal_lm(source, device=where, dtype="float32")
+        model.requires_grad_(False)
+        engine = HFEngine(model, tokenizer, batch_size=judge.batch_size, shares_module=False)
+    return text_generator(engine, tokenizer, params)
+
+
+def build_scorer(
+    summary: SummaryConfig,
+    *,
+    device: Any = "cpu",
+    seed: int = 0,
+    stack: contextlib.ExitStack | None = None,
+) -> SummaryScorer:
+    """The summary scorer ``summary.name`` names, built once (a reward model loads once,
+    a judge gets its engine)."""
+    generate = None
+    if summary.name == "judge":
+        generate = judge_generate(summary.judge, device=device, seed=seed, stack=stack)
+    return build_summary_scorer(summary, generate=generate)
+
+
+def build_trainer(
+    config: TrainConfig,
+    *,
+    tokenizer: Any,
+    tasks: Sequence[TaskRecord],
+    checkpoint_dir: str | Path,
+    stack: contextlib.ExitStack,
+    validation_tasks: Sequence[TaskRecord] = (),
+    tracker: Tracker | None = None,
+    progress: Any = None,
+) -> Trainer:
+    """A :class:`Trainer` whose every part comes from ``config``: the policy (and, with a
+    KL term, the frozen reference) from ``init_dir``; vLLM engines (rollout, judge,
+    simulator) before the update engine; the rollout engine (vLLM, the update's own
+    module, or a copy under ZeRO-3); the simulator (``train.simulator``) and the summary
+    scorer (``train.rewards.summary``). Engines, the simulator's cache and its lock
+    close with ``stack``. Loads models: call :func:`check_engines` first."""
+    from slca.modeling import load_causal_lm, resolve_model_source
+    from slca.rollout.engines import HFEngine
+    from slca.training.engines import build_engine, resolve_device
+
+    # an absolute path: a relative one ("models/sft") reads as a Hub repo id to
+    # transformers helpers that then try the network
+    init_dir = Path(config.init_dir).resolve()
+    source = resolve_model_source(init_dir)
+    model, _ = load_causal_lm(source, dtype="float32")
+    reference = None
+    if config.algorithm.loss.kl_coef > 0:
+        reference, _ = load_causal_lm(source, dtype="float32")
+        reference.requires_grad_(False)
+    device = resolve_device(config.engine.device, key="train.engine.device")
+    # vLLM engines start before the update engine takes device memory (each one's share
+    # is a share of the whole device)
+    vllm_engine = None
+    if config.rollout.engine == "vllm":
+        from slca.rollout.vllm_engine import VLLMEngine
+
+        vllm_engine = stack.enter_context(
+            VLLMEngine(
+                init_dir,
+                stop_token_ids=[tokenizer.eos_token_id],
+                settings=config.rollout.vllm,
+                max_model_len=config.rollout.max_total_tokens,
+                seed=config.seed,
+                setting="train.rollout.engine",
+            )
+        )
+    scorer = build_scorer(config.rewards.summary, device=device, seed=config.seed, stack=stack)
+    simulator = build_simulator(config.simulator, device=device, stack=stack)
+    update = build_engine(model, config.engine)
+    # ZeRO-3 leaves each rank a shard of the module: generation then needs a copy
+    sharded = config.engine.engine == "deepspeed" and config.engine.zero_stage == 3
+    if vllm_engine is not None:
+        rollout_engine: Any = vllm_engine
+    elif sharded:
+        dtype = next(update.module.parameters()).dtype
+        copy, _ = load_causal_lm(source, dtype=dtype, device=update.device)
+        rollout_engine = HFEngine(
+            copy, tokenizer, batch_size=config.rollout.generation_batch_size, shares_module=False
+        )
+    else:
+        rollout_engine = HFEngine(
+            update.module, tokenizer, batch_size=config.rollout.generation_batch_size
+        )
+    return Trainer(
+        config,
+        tasks=tasks,
+        tokenizer=tokenizer,
+        update=update,
+        rollout_engine=rollout_engine,
+        simulator=simulator,
+        checkpoint_dir=checkpoint_dir,
+        reference=reference,
+        tracker=tracker,
+        summary_scorer=scorer,
+        progress=progress,
+        validation_tasks=validation_tasks,
+    )
