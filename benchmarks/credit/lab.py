@@ -185,11 +185,7 @@ def prepare_store(args: argparse.Namespace) -> None:
     ("duplicate column name"), as they would both create a missing experiment."""
     from slca.tracking import Tracker
 
-    tracker = Tracker(args.tracking_dir, experiment=args.experiment)
-    if tracker.client.get_experiment_by_name(args.experiment) is None:
-        tracker.client.create_experiment(
-            args.experiment, artifact_location=tracker.artifact_location
-        )
+    Tracker(args.tracking_dir, experiment=args.experiment).ensure_experiment()
 
 
 def _print(name: str, code: int, seconds: float) -> None:

@@ -12,7 +12,8 @@ templates with varied openers and closers. Task kinds:
 - ``no_call``: a request that needs no API (gold is empty).
 
 Everything is drawn from ``random.Random(f"{seed}:{domain}:{index}")``, so output is
-identical byte for byte for the same parameters, on any machine.
+identical byte for byte for the same parameters, on any machine. The tool catalogue and
+the worlds are in :mod:`slca.data.synth_world`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ from collections.abc import Callable
 from typing import Any
 
 from slca.data.params import SynthParams
-from slca.data.record import Call, Message, TaskRecord, ToolSpec
+from slca.data.record import Call, Message, TaskRecord
+from slca.data.synth_world import BASES, CONDITIONS, PASSENGERS, TOOLS, new_world, route_key
+
+__all__ = ["DOMAINS", "SOURCE", "SYSTEM_PROMPT", "TOOLS", "generate", "generate_task", "task_kind"]
 
 SOURCE = "synth"
 SYSTEM_PROMPT = (
@@ -32,342 +36,6 @@ SYSTEM_PROMPT = (
 
 _OPENERS = ("", "Hi! ", "Hello. ", "Quick question: ", "Hey there! ", "Could you help me? ")
 _CLOSERS = ("", " Thanks!", " Thank you.", " Please be brief.", " Cheers.")
-
-
-def _obj(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": props,
-        "required": required,
-        "additionalProperties": False,
-    }
-
-
-_STR = {"type": "string"}
-_NUM = {"type": "number"}
-_INT = {"type": "integer"}
-
-
-def _world(schema: dict[str, Any], pointer: str) -> dict[str, Any]:
-    """``schema`` answered from the task's world state at ``pointer`` (see the simulator's
-    ``x-world``): a gold call's response then states the task's facts."""
-    return {**schema, "x-world": pointer}
-
-
-# ---------------------------------------------------------------- tool schemas
-TOOLS: dict[str, list[ToolSpec]] = {
-    "weather": [
-        ToolSpec(
-            name="get_weather",
-            description="Current weather in a city.",
-            parameters=_obj(
-                {
-                    "city": {"type": "string", "description": "City name."},
-                    "unit": {
-                        "type": "string",
-                        "enum": ["celsius", "fahrenheit"],
-                        "description": "Temperature unit (default celsius).",
-                    },
-                },
-                ["city"],
-            ),
-            response=_obj(
-                {
-                    "city": _STR,
-                    "temperature": _world(_NUM, "/weather/{city}/temperature"),
-                    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-                    "condition": _world(
-                        {"type": "string", "enum": ["sunny", "cloudy", "rain", "snow", "windy"]},
-                        "/weather/{city}/condition",
-                    ),
-                    "humidity": _world(
-                        {"type": "integer", "minimum": 0, "maximum": 100},
-                        "/weather/{city}/humidity",
-                    ),
-                },
-                ["city", "temperature", "unit", "condition", "humidity"],
-            ),
-        ),
-        ToolSpec(
-            name="find_city",
-            description="Look up the city closest to a landmark.",
-            parameters=_obj({"landmark": _STR}, ["landmark"]),
-            response=_obj(
-                {
-                    "landmark": _STR,
-                    "city": _world(_STR, "/landmarks/{landmark}/city"),
-                    "country": _world(_STR, "/landmarks/{landmark}/country"),
-                },
-                ["landmark", "city", "country"],
-            ),
-        ),
-    ],
-    "currency": [
-        ToolSpec(
-            name="get_exchange_rate",
-            description="Exchange rate from one currency to another (ISO 4217 codes).",
-            parameters=_obj(
-                {
-                    "base": {"type": "string", "pattern": "^[A-Z]{3}$"},
-                    "target": {"type": "string", "pattern": "^[A-Z]{3}$"},
-                },
-                ["base", "target"],
-            ),
-            response=_obj(
-                {"base": _STR, "target": _STR, "rate": _world(_NUM, "/rates/{base}/{target}")},
-                ["base", "target", "rate"],
-            ),
-        ),
-        ToolSpec(
-            name="get_country_currency",
-            description="The currency code used in a country.",
-            parameters=_obj({"country": _STR}, ["country"]),
-            response=_obj(
-                {"country": _STR, "currency": _world(_STR, "/country_currency/{country}")},
-                ["country", "currency"],
-            ),
-        ),
-    ],
-    "flights": [
-        ToolSpec(
-            name="search_flights",
-            description="Flights between two airports on a date; cheapest first.",
-            parameters=_obj(
-                {
-                    "origin": {"type": "string", "pattern": "^[A-Z]{3}$"},
-                    "destination": {"type": "string", "pattern": "^[A-Z]{3}$"},
-                    "date": {"type": "string", "format": "date"},
-                },
-                ["origin", "destination", "date"],
-            ),
-            response=_obj(
-                {
-                    "flights": _world(
-                        {
-                            "type": "array",
-                            "items": _obj(
-                                {
-                                    "flight_id": _STR,
-                                    "departure": _STR,
-                                    "price": _NUM,
-                                    "seats_left": _INT,
-                                },
-                                ["flight_id", "departure", "price", "seats_left"],
-                            ),
-                        },
-                        "/flights/{origin} {destination} {date}",
-                    )
-                },
-                ["flights"],
-            ),
-        ),
-        ToolSpec(
-            name="book_flight",
-            description="Book a seat on a flight for a passenger.",
-            parameters=_obj({"flight_id": _STR, "passenger": _STR}, ["flight_id", "passenger"]),
-            response=_obj(
-                {
-                    "booking_id": _STR,
-                    "flight_id": _STR,
-                    "status": _world(
-                        {"type": "string", "enum": ["confirmed", "waitlisted"]},
-                        "/booking_status/{flight_id}",
-                    ),
-                },
-                ["booking_id", "flight_id", "status"],
-            ),
-        ),
-    ],
-    "shop": [
-        ToolSpec(
-            name="search_products",
-            description="Search the catalogue; results sorted by price.",
-            parameters=_obj({"query": _STR, "max_price": _NUM}, ["query"]),
-            response=_obj(
-                {
-                    "products": _world(
-                        {
-                            "type": "array",
-                            "items": _obj(
-                                {"product_id": _STR, "name": _STR, "price": _NUM, "in_stock": _INT},
-                                ["product_id", "name", "price", "in_stock"],
-                            ),
-                        },
-                        "/catalogue/{query}",
-                    )
-                },
-                ["products"],
-            ),
-        ),
-        ToolSpec(
-            name="add_to_cart",
-            description="Put a quantity of a product into the cart.",
-            parameters=_obj(
-                {"product_id": _STR, "quantity": {"type": "integer", "minimum": 1}},
-                ["product_id", "quantity"],
-            ),
-            response=_obj(
-                {
-                    "cart_total": _world(_NUM, "/cart/{product_id}/{quantity}/cart_total"),
-                    "items": _world(_INT, "/cart/{product_id}/{quantity}/items"),
-                },
-                ["cart_total", "items"],
-            ),
-        ),
-        ToolSpec(
-            name="get_order_status",
-            description="Status of an order.",
-            parameters=_obj(
-                {"order_id": {"type": "string", "pattern": "^ORD-[0-9]{5}$"}}, ["order_id"]
-            ),
-            response=_obj(
-                {
-                    "order_id": _STR,
-                    "status": _world(
-                        {"type": "string", "enum": ["processing", "shipped", "delivered"]},
-                        "/orders/{order_id}/status",
-                    ),
-                    "eta_days": _world(_INT, "/orders/{order_id}/eta_days"),
-                },
-                ["order_id", "status", "eta_days"],
-            ),
-        ),
-    ],
-}
-
-# ---------------------------------------------------------------- world vocabularies
-_CITIES = [
-    "Paris",
-    "Lyon",
-    "Berlin",
-    "Madrid",
-    "Rome",
-    "Oslo",
-    "Lisbon",
-    "Vienna",
-    "Prague",
-    "Dublin",
-    "Athens",
-    "Warsaw",
-]
-_LANDMARKS = {
-    "the Eiffel Tower": ("Paris", "France"),
-    "the Colosseum": ("Rome", "Italy"),
-    "the Brandenburg Gate": ("Berlin", "Germany"),
-    "the Prado Museum": ("Madrid", "Spain"),
-    "Belem Tower": ("Lisbon", "Portugal"),
-    "the Acropolis": ("Athens", "Greece"),
-    "Charles Bridge": ("Prague", "Czechia"),
-}
-_CONDITIONS = ["sunny", "cloudy", "rain", "snow", "windy"]
-_COUNTRIES = {
-    "Japan": "JPY",
-    "the United Kingdom": "GBP",
-    "Switzerland": "CHF",
-    "Canada": "CAD",
-    "Australia": "AUD",
-    "Sweden": "SEK",
-    "Mexico": "MXN",
-    "India": "INR",
-}
-_BASES = ["USD", "EUR"]
-# Rough units of each currency per US dollar; each world perturbs them by up to 15%.
-_PER_USD = {
-    "JPY": 150.0,
-    "GBP": 0.79,
-    "CHF": 0.88,
-    "CAD": 1.36,
-    "AUD": 1.52,
-    "SEK": 10.4,
-    "MXN": 18.0,
-    "INR": 83.0,
-}
-_EUR_IN_USD = 1.08
-_AIRPORTS = ["CDG", "LHR", "FRA", "MAD", "FCO", "AMS", "LIS", "VIE", "OSL", "DUB"]
-_PASSENGERS = [
-    "Ana Costa",
-    "Li Wei",
-    "Sam Okafor",
-    "Maria Rossi",
-    "John Smith",
-    "Aiko Tanaka",
-    "Omar Haddad",
-]
-_PRODUCTS = {
-    "headphones": ["Wireless Headphones", "Studio Headphones", "Sport Earbuds"],
-    "desk lamp": ["LED Desk Lamp", "Clamp Lamp", "Smart Lamp"],
-    "backpack": ["Travel Backpack", "Laptop Backpack", "Hiking Pack"],
-    "keyboard": ["Mechanical Keyboard", "Compact Keyboard", "Ergonomic Keyboard"],
-}
-
-
-def _route_key(route: dict[str, str]) -> str:
-    return f"{route['origin']} {route['destination']} {route['date']}"
-
-
-def _new_world(domain: str, rng: random.Random) -> dict[str, Any]:
-    if domain == "weather":
-        cities = rng.sample(_CITIES, 6)
-        return {
-            "weather": {
-                c: {
-                    "temperature": rng.randint(-5, 35),
-                    "condition": rng.choice(_CONDITIONS),
-                    "humidity": rng.randint(20, 95),
-                }
-                for c in cities
-            },
-            "landmarks": {k: {"city": v[0], "country": v[1]} for k, v in _LANDMARKS.items()},
-        }
-    if domain == "currency":
-        per_usd = {t: v * rng.uniform(0.85, 1.15) for t, v in sorted(_PER_USD.items())}
-        return {
-            "rates": {
-                "USD": {t: round(v, 4) for t, v in per_usd.items()},
-                "EUR": {t: round(v * _EUR_IN_USD, 4) for t, v in per_usd.items()},
-            },
-            "country_currency": dict(_COUNTRIES),
-        }
-    if domain == "flights":
-        o, d = rng.sample(_AIRPORTS, 2)
-        day = f"2025-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
-        flights = [
-            {
-                "flight_id": f"{o[:2]}{rng.randint(100, 999)}",
-                "departure": f"{rng.randint(6, 21):02d}:{rng.choice(['00', '15', '30', '45'])}",
-                "price": float(rng.randint(59, 420)),
-                "seats_left": rng.randint(1, 9),
-            }
-            for _ in range(rng.randint(2, 4))
-        ]
-        flights.sort(key=lambda f: (f["price"], f["flight_id"]))
-        route = {"origin": o, "destination": d, "date": day}
-        return {
-            "route": route,
-            "flights": {_route_key(route): flights},
-            "booking_status": {f["flight_id"]: "confirmed" for f in flights},
-        }
-    if domain == "shop":
-        query = rng.choice(sorted(_PRODUCTS))
-        products = [
-            {
-                "product_id": f"P{rng.randint(1000, 9999)}",
-                "name": n,
-                "price": float(rng.randint(15, 250)),
-                "in_stock": rng.randint(0, 20),
-            }
-            for n in _PRODUCTS[query]
-        ]
-        products.sort(key=lambda p: (p["price"], p["product_id"]))
-        orders = {
-            f"ORD-{rng.randint(10000, 99999)}": {
-                "status": rng.choice(["processing", "shipped", "delivered"]),
-                "eta_days": rng.randint(0, 7),
-            }
-            for _ in range(4)
-        }
-        return {"query": query, "catalogue": {query: products}, "orders": orders, "cart": {}}
-    raise KeyError(domain)
 
 
 # ---------------------------------------------------------------- task builders
@@ -414,7 +82,7 @@ def _weather(kind: str, w: dict, rng: random.Random, k: int) -> Built:
             city,
             {
                 "temperature": rng.randint(-5, 35),
-                "condition": rng.choice(_CONDITIONS),
+                "condition": rng.choice(CONDITIONS),
                 "humidity": rng.randint(20, 95),
             },
         )
@@ -449,7 +117,7 @@ def _weather(kind: str, w: dict, rng: random.Random, k: int) -> Built:
 
 def _currency(kind: str, w: dict, rng: random.Random, k: int) -> Built:
     rates = w["rates"]
-    base = rng.choice(_BASES)
+    base = rng.choice(BASES)
     targets = sorted(rates[base])
     if kind == "single":
         t = rng.choice(targets)
@@ -505,7 +173,7 @@ def _currency(kind: str, w: dict, rng: random.Random, k: int) -> Built:
 
 def _flights(kind: str, w: dict, rng: random.Random, k: int) -> Built:
     r = w["route"]
-    flights = w["flights"][_route_key(r)]
+    flights = w["flights"][route_key(r)]
     search = Call(name="search_flights", arguments=dict(r), label="var1")
     if kind == "single":
         text = rng.choice(
@@ -522,7 +190,7 @@ def _flights(kind: str, w: dict, rng: random.Random, k: int) -> Built:
             {"cheapest_flight": cheapest["flight_id"], "cheapest_price": cheapest["price"]},
         )
     if kind == "parallel":
-        people = rng.sample(_PASSENGERS, k)
+        people = rng.sample(PASSENGERS, k)
         f = rng.choice(flights)
         lst = ", ".join(people[:-1]) + " and " + people[-1]
         text = rng.choice(
@@ -541,7 +209,7 @@ def _flights(kind: str, w: dict, rng: random.Random, k: int) -> Built:
             {"flight_id": f["flight_id"], "bookings": len(people)},
         )
     if kind == "multi_step":
-        p = rng.choice(_PASSENGERS)
+        p = rng.choice(PASSENGERS)
         cheapest = flights[0]
         text = rng.choice(
             [
@@ -661,7 +329,7 @@ def generate_task(index: int, domain: str, params: SynthParams, seed: int) -> Ta
     """Task ``index`` of ``domain``: a pure function of its arguments."""
     rng = random.Random(f"{seed}:{domain}:{index}")
     kind = _pick(dict(params.mix), rng)
-    world = _new_world(domain, rng)
+    world = new_world(domain, rng)
     k = rng.randint(2, params.max_parallel)
     text, gold, facts = DOMAINS[domain](kind, world, rng, k)
     others = [t for d in sorted(TOOLS) if d != domain for t in TOOLS[d]]

@@ -12,73 +12,52 @@
 A scorer scores a batch of :class:`SummaryInput` at once (judges and reward models
 batch). Build one from config with :func:`build_summary_scorer`; the score layer never
 asks a scorer about an empty summary (it scores 0).
+
+The ``judge`` and ``reward_model`` scorers live in ``judge.py`` and ``reward_model.py``,
+what every scorer shares in ``summary.py``; all are importable from here.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from slca.data.record import TaskRecord
-from slca.rewards.config import GroundedConfig, JudgeConfig, MarkerConfig, RewardModelConfig
-from slca.rewards.scorers import SUMMARY_SCORERS, register_summary_scorer
-from slca.rollout.types import Rollout
-from slca.simulator.core import is_error
+from slca.rewards.config import GroundedConfig, MarkerConfig
+from slca.rewards.judge import JUDGE_RUBRIC, JudgeScorer, judge_prompt, parse_rating
+from slca.rewards.reward_model import RewardModelScorer, render_for_reward_model
+from slca.rewards.scorers import register_summary_scorer
+from slca.rewards.summary import (
+    Generate,
+    SummaryInput,
+    SummaryScorer,
+    build_summary_scorer,
+    clean_text,
+)
 
 if TYPE_CHECKING:
     from slca.rewards.config import SummaryConfig
 
-Generate = Callable[[list[str]], list[str]]
-"""An engine-agnostic text generator: one completion per prompt, in order."""
-
-
-@dataclass(frozen=True)
-class SummaryInput:
-    """What a summary scorer sees: the answer, the task, and every tool response in order."""
-
-    summary: str
-    task: TaskRecord
-    responses: tuple[Any, ...] = ()
-
-    @classmethod
-    def from_rollout(cls, rollout: Rollout, task: TaskRecord) -> SummaryInput:
-        calls = sorted(rollout.calls, key=lambda c: c.index)
-        return cls(rollout.summary, task, tuple(c.response for c in calls))
-
-    @property
-    def successes(self) -> list[Any]:
-        return [r for r in self.responses if not is_error(r)]
-
-
-class SummaryScorer(ABC):
-    """Scores summaries in [0, 1] (``reward_model`` with ``transform: identity`` excepted)."""
-
-    @abstractmethod
-    def score_batch(self, items: Sequence[SummaryInput]) -> list[float]: ...
-
-    def metrics(self) -> dict[str, float]:
-        """Counters since construction (e.g. ``judge/failures``)."""
-        return {}
-
-
-def build_summary_scorer(config: SummaryConfig, *, generate: Generate | None = None):
-    """The scorer ``config.name`` names, built from its settings."""
-    return SUMMARY_SCORERS.get(config.name)(config, generate=generate)
-
-
-def clean_text(text: str) -> str:
-    """Text that encodes as UTF-8: lone surrogates (invalid bytes decoded with
-    ``surrogateescape``) become ``?``, so tokenizers and engines never choke on it."""
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "replace").decode("utf-8")
+__all__ = [
+    "JUDGE_RUBRIC",
+    "Generate",
+    "GroundedDetails",
+    "GroundedScorer",
+    "JudgeScorer",
+    "MarkerScorer",
+    "RewardModelScorer",
+    "SummaryInput",
+    "SummaryScorer",
+    "build_summary_scorer",
+    "clean_text",
+    "grounded_details",
+    "judge_prompt",
+    "numbers_in",
+    "parse_rating",
+    "render_for_reward_model",
+]
 
 
 # ======================================================================== grounded
@@ -366,217 +345,6 @@ class GroundedScorer(SummaryScorer):
 @register_summary_scorer("grounded")
 def _grounded(config: SummaryConfig, *, generate: Generate | None = None) -> SummaryScorer:
     return GroundedScorer(config.grounded)
-
-
-# ======================================================================== judge
-JUDGE_RUBRIC = """\
-You are grading an assistant's final answer to a user. The assistant called tools; \
-their results are shown. Judge only the final answer.
-
-Rubric:
-5 - correct, complete and grounded in the tool results; clear and concise.
-4 - correct and grounded, with a minor omission or some verbosity.
-3 - partly correct or partly grounded; misses something the user asked for.
-2 - mostly wrong, unsupported by the tool results, or unhelpful.
-1 - wrong, fabricated, empty or off-topic.
-
-## User request
-{request}
-
-## Tool results
-{context}
-
-## Final answer
-{summary}
-
-Reply with a short justification, then a last line of the form "Rating: N" with N from 1 to 5."""
-
-_RATING_PATTERNS = [
-    re.compile(r"rating\s*(?:is|of)?\s*[:=]?\s*[*_\[(\s]*([1-5](?:\.\d+)?)(?![\d.]*\d)", re.I),
-    re.compile(r"(?<![\d.])([1-5](?:\.\d+)?)\s*(?:/|out\s+of)\s*5(?!\.?\d)", re.I),
-    re.compile(r"\*\*\s*([1-5](?:\.\d+)?)\s*\*\*"),
-    re.compile(r"score\s*[:=]?\s*[*_\s]*([1-5](?:\.\d+)?)(?![\d.]*\d)", re.I),
-    re.compile(r"^\W*([1-5](?:\.\d+)?)\W*$"),
-]
-
-
-def parse_rating(text: str) -> float | None:
-    """The 1-5 rating in a judge's reply, or None.
-
-    Recognised, in order of precedence (the last occurrence of the first form found
-    wins): ``Rating: 4`` (also ``rating of **4**``), ``4/5`` / ``4 out of 5``,
-    ``**4**``, ``Score: 4``, and a reply that is only the digit. Decimals (``4.5``)
-    are kept; numbers outside 1-5 are not ratings.
-    """
-    if not isinstance(text, str):
-        return None
-    text = text[-4000:]  # the verdict comes last; bounds the cost of long replies
-    for pattern in _RATING_PATTERNS:
-        found = pattern.findall(text)
-        if found:
-            value = float(found[-1])
-            if 1.0 <= value <= 5.0:
-                return value
-    return None
-
-
-def _context(responses: Sequence[Any], limit: int) -> str:
-    parts = []
-    for i, r in enumerate(responses):
-        try:
-            body = json.dumps(r, ensure_ascii=False)
-        except (RecursionError, TypeError, ValueError):
-            body = "<unprintable response>"
-        parts.append(f"[{i + 1}] {body[:limit]}")
-    text = "\n".join(parts) or "(no tool was called)"
-    return text[:limit]
-
-
-def judge_prompt(item: SummaryInput, config: JudgeConfig) -> str:
-    request = "\n".join(m.content for m in item.task.messages if m.role == "user")
-    return clean_text(
-        JUDGE_RUBRIC.format(
-            request=request,
-            context=_context(item.responses, config.max_context_chars),
-            summary=item.summary[: config.max_summary_chars],
-        )
-    )
-
-
-@dataclass
-class JudgeScorer(SummaryScorer):
-    """Rates each summary with ``generate``; unparseable or failed ratings score
-    ``config.failure_score`` and are counted."""
-
-    generate: Generate
-    config: JudgeConfig = field(default_factory=JudgeConfig)
-    calls: int = 0
-    failures: int = 0
-    errors: int = 0
-
-    def score_batch(self, items: Sequence[SummaryInput]) -> list[float]:
-        if not items:
-            return []
-        prompts = [judge_prompt(item, self.config) for item in items]
-        self.calls += len(prompts)
-        try:
-            replies = list(self.generate(prompts))
-        except Exception:  # an engine failure must not kill the run: score and count it
-            replies = []
-            self.errors += 1
-        if len(replies) != len(prompts):
-            replies = [None] * len(prompts)
-        scores = []
-        for reply in replies:
-            rating = parse_rating(reply) if isinstance(reply, str) else None
-            if rating is None:
-                self.failures += 1
-                scores.append(self.config.failure_score)
-            else:
-                scores.append((rating - 1.0) / 4.0)
-        return scores
-
-    def metrics(self) -> dict[str, float]:
-        return {
-            "judge/calls": float(self.calls),
-            "judge/failures": float(self.failures),
-            "judge/engine_errors": float(self.errors),
-        }
-
-
-@register_summary_scorer("judge")
-def _judge(config: SummaryConfig, *, generate: Generate | None = None) -> SummaryScorer:
-    if generate is None:
-        raise ValueError(
-            "summary scorer 'judge' needs a generate(prompts) -> texts callable (an engine)"
-        )
-    return JudgeScorer(generate, config.judge)
-
-
-# ======================================================================== reward model
-def render_for_reward_model(tokenizer: Any, task: TaskRecord, summary: str) -> str:
-    """The text a reward model scores: the task's prompt turns and the answer, with the
-    tokenizer's chat template when it has one, else as ``role: text`` lines. Training a
-    reward model (slca.training.summary_rm) renders its pairs with this same function."""
-    messages = [{"role": m.role, "content": m.content} for m in task.messages]
-    messages.append({"role": "assistant", "content": summary})
-    if getattr(tokenizer, "chat_template", None):
-        try:
-            return clean_text(tokenizer.apply_chat_template(messages, tokenize=False))
-        except Exception:  # a template that rejects the roles: fall back to plain text
-            pass
-    return clean_text("\n".join(f"{m['role']}: {m['content']}" for m in messages))
-
-
-class RewardModelScorer(SummaryScorer):
-    """An HF ``AutoModelForSequenceClassification`` checkpoint scoring (prompt, answer).
-
-    The conversation is rendered with the tokenizer's chat template when it has one,
-    else as ``role: text`` lines; inputs are truncated from the left so the answer
-    is always seen. Loaded on the first batch.
-    """
-
-    def __init__(self, config: RewardModelConfig):
-        if not config.path:
-            raise ValueError("reward_model.path is required")
-        self.config = config
-        self._model: Any = None
-        self._tokenizer: Any = None
-        self._max_length = config.max_length
-
-    def _load(self) -> None:
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(self.config.path)
-        tokenizer.truncation_side = "left"
-        if tokenizer.pad_token is None:
-            tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
-        model = AutoModelForSequenceClassification.from_pretrained(self.config.path)
-        if model.config.pad_token_id is None and tokenizer.pad_token_id is not None:
-            model.config.pad_token_id = tokenizer.pad_token_id
-        self._model = model.to(self.config.device).eval()
-        self._tokenizer = tokenizer
-        # Never feed more tokens than the model has positions for (megabyte summaries).
-        limits = [self.config.max_length, getattr(tokenizer, "model_max_length", None)]
-        limits.append(getattr(model.config, "max_position_embeddings", None))
-        self._max_length = min(n for n in limits if isinstance(n, int) and n > 0)
-
-    def render(self, item: SummaryInput) -> str:
-        return render_for_reward_model(self._tokenizer, item.task, item.summary)
-
-    def score_batch(self, items: Sequence[SummaryInput]) -> list[float]:
-        if not items:
-            return []
-        if self._model is None:
-            self._load()
-        import torch
-
-        scores: list[float] = []
-        size = self.config.batch_size if self._tokenizer.pad_token is not None else 1
-        for start in range(0, len(items), size):
-            texts = [self.render(item) for item in items[start : start + size]]
-            batch = self._tokenizer(
-                texts,
-                return_tensors="pt",
-                padding=True,
-                truncation=True,
-                max_length=self._max_length,
-            ).to(self.config.device)
-            with torch.no_grad():
-                logits = self._model(**batch).logits.float()
-            if logits.shape[-1] == 1:
-                values = logits[:, 0]
-                if self.config.transform == "sigmoid":
-                    values = torch.sigmoid(values)
-            else:
-                values = torch.softmax(logits, dim=-1)[:, self.config.label]
-            scores.extend(values.tolist())
-        return scores
-
-
-@register_summary_scorer("reward_model")
-def _reward_model(config: SummaryConfig, *, generate: Generate | None = None) -> SummaryScorer:
-    return RewardModelScorer(config.reward_model)
 
 
 # ======================================================================== marker

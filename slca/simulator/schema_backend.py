@@ -24,14 +24,12 @@ a retry, never a wrong answer.
 from __future__ import annotations
 
 import copy
-import datetime as dt
 import json
 import math
 import random
 import re
 import string
 import time
-import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,42 +37,31 @@ from rstr.xeger import Xeger
 
 from slca.jsonutil import MISSING, walk
 from slca.simulator.backends import CallRequest
+from slca.simulator.schema_rules import (
+    FORMATS,
+    WORDS,
+    Fields,
+    SchemaGenerationError,
+    bounds,
+    merge,
+    plausible,
+    unsupported_keywords,
+)
+
+__all__ = [
+    "MAX_DEPTH",
+    "SOFT_DEPTH",
+    "Budget",
+    "Generator",
+    "SchemaBackend",
+    "SchemaGenerationError",
+    "unsupported_keywords",
+]
 
 MAX_DEPTH = 24
 """Nesting at which generation gives up (recursive ``$ref`` with required recursion)."""
 SOFT_DEPTH = 6
 """Past this depth only required properties and minimum array lengths are generated."""
-_WORDS = (
-    "alpha",
-    "bravo",
-    "delta",
-    "harbor",
-    "maple",
-    "orbit",
-    "quartz",
-    "river",
-    "summit",
-    "tango",
-    "violet",
-    "willow",
-)
-_UNSUPPORTED = (
-    "not",
-    "if",
-    "then",
-    "else",
-    "dependentSchemas",
-    "dependentRequired",
-    "contains",
-    "patternProperties",
-    "propertyNames",
-    "unevaluatedProperties",
-    "unevaluatedItems",
-)
-
-
-class SchemaGenerationError(ValueError):
-    """The schema cannot be satisfied by construction (contradictory or unsupported)."""
 
 
 class Budget:
@@ -190,16 +177,16 @@ class Generator:
             )
         if "x-world" in schema and self.world:
             found = self._from_world(schema["x-world"])
-            if found is not MISSING and _plausible(found, schema):
+            if found is not MISSING and plausible(found, schema):
                 return copy.deepcopy(found)
         if "$ref" in schema:
             target = self._resolve(schema["$ref"], path)
             rest = {k: v for k, v in schema.items() if k != "$ref"}
-            return self.generate(_merge([target, rest], path) if rest else target, path, depth + 1)
+            return self.generate(merge([target, rest], path) if rest else target, path, depth + 1)
         if "allOf" in schema:
             parts = [self._deref(s, path) for s in schema["allOf"]]
             rest = {k: v for k, v in schema.items() if k != "allOf"}
-            return self.generate(_merge([rest, *parts], path), path, depth + 1)
+            return self.generate(merge([rest, *parts], path), path, depth + 1)
         for key in ("oneOf", "anyOf"):
             if key in schema:
                 branches = list(schema[key])
@@ -207,7 +194,7 @@ class Generator:
                     raise SchemaGenerationError(f"{path}: empty {key}")
                 rest = {k: v for k, v in schema.items() if k != key}
                 branch = self.rng.choice(branches)
-                merged = _merge([rest, self._deref(branch, path)], path) if rest else branch
+                merged = merge([rest, self._deref(branch, path)], path) if rest else branch
                 return self.generate(merged, f"{path}<{key}>", depth + 1)
         if "const" in schema:
             return schema["const"]
@@ -251,7 +238,7 @@ class Generator:
         if not isinstance(template, str) or not template.startswith("/"):
             return MISSING
         try:
-            parts = [p.format_map(_Fields(self.arguments)) for p in template[1:].split("/")]
+            parts = [p.format_map(Fields(self.arguments)) for p in template[1:].split("/")]
         except (KeyError, ValueError, IndexError, AttributeError):
             return MISSING  # an argument the template needs is absent
         return walk(self.world, parts)
@@ -318,7 +305,7 @@ class Generator:
         return out
 
     def _field(self, name: str, schema: Any, path: str, depth: int) -> Any:
-        if name in self.hints and _plausible(self.hints[name], self._deref(schema, path)):
+        if name in self.hints and plausible(self.hints[name], self._deref(schema, path)):
             return self.hints[name]
         return self.generate(schema, path, depth)
 
@@ -376,11 +363,11 @@ class Generator:
                 raise SchemaGenerationError(
                     f"{path}: cannot generate from pattern {schema['pattern']!r}: {exc}"
                 ) from None
-        elif fmt in _FORMATS:
-            value = _FORMATS[fmt](self.rng)
+        elif fmt in FORMATS:
+            value = FORMATS[fmt](self.rng)
         else:
             value = self._word()
-        if len(value) < lo and "pattern" not in schema and fmt not in _FORMATS:
+        if len(value) < lo and "pattern" not in schema and fmt not in FORMATS:
             value = value + "".join(
                 self.rng.choice(string.ascii_lowercase) for _ in range(lo - len(value))
             )
@@ -390,7 +377,7 @@ class Generator:
         return value
 
     def _integer(self, schema: Mapping[str, Any], path: str, depth: int) -> int:
-        lo, hi = _bounds(schema, path, integer=True)
+        lo, hi = bounds(schema, path, integer=True)
         step = schema.get("multipleOf")
         if step:
             if float(step) != int(step):
@@ -405,12 +392,12 @@ class Generator:
     def _number(self, schema: Mapping[str, Any], path: str, depth: int) -> float | int:
         if schema.get("multipleOf"):
             step = float(schema["multipleOf"])
-            lo, hi = _bounds(schema, path, integer=False)
+            lo, hi = bounds(schema, path, integer=False)
             first, last = math.ceil(lo / step), math.floor(hi / step)
             if first > last:
                 raise SchemaGenerationError(f"{path}: no multiple of {step} in [{lo}, {hi}]")
             return self.rng.randint(first, last) * step
-        lo, hi = _bounds(schema, path, integer=False)
+        lo, hi = bounds(schema, path, integer=False)
         value = round(self.rng.uniform(lo, hi), 2)
         return min(max(value, lo), hi)
 
@@ -421,143 +408,4 @@ class Generator:
         return None
 
     def _word(self) -> str:
-        return self.rng.choice(_WORDS)
-
-
-class _Fields(dict):
-    """Arguments as template fields: scalars as text; objects fail (no attribute access)."""
-
-    def __getitem__(self, key: str) -> str:
-        value = super().__getitem__(key)
-        if isinstance(value, dict | list):
-            raise KeyError(key)
-        return str(value)
-
-
-def _bounds(schema: Mapping[str, Any], path: str, *, integer: bool) -> tuple[float, float]:
-    lo, hi = schema.get("minimum"), schema.get("maximum")
-    ex_lo, ex_hi = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
-    nudge = 1 if integer else 0.01
-    if isinstance(ex_lo, bool):  # draft 4: a flag on minimum
-        ex_lo = lo if ex_lo else None
-    if isinstance(ex_hi, bool):
-        ex_hi = hi if ex_hi else None
-    if ex_lo is not None:
-        lo = max(lo if lo is not None else -math.inf, ex_lo + nudge)
-    if ex_hi is not None:
-        hi = min(hi if hi is not None else math.inf, ex_hi - nudge)
-    if lo is None and hi is None:
-        lo, hi = 0, 1000
-    elif lo is None:
-        lo = hi - 1000
-    elif hi is None:
-        hi = lo + 1000
-    if integer:
-        lo, hi = math.ceil(lo), math.floor(hi)
-    if lo > hi:
-        raise SchemaGenerationError(f"{path}: empty numeric range [{lo}, {hi}]")
-    return lo, hi
-
-
-def _merge(schemas: list[Any], path: str) -> dict[str, Any]:
-    """Conjunction of object schemas, for ``allOf`` and sibling keywords next to ``$ref``."""
-    out: dict[str, Any] = {}
-    for schema in schemas:
-        if schema is True:
-            continue
-        if not isinstance(schema, Mapping):
-            raise SchemaGenerationError(f"{path}: allOf member is not a schema")
-        for key, value in schema.items():
-            if key not in out:
-                out[key] = value
-            elif key == "properties":
-                merged = dict(out[key])
-                for name, sub in value.items():
-                    merged[name] = _merge([merged[name], sub], path) if name in merged else sub
-                out[key] = merged
-            elif key == "required":
-                out[key] = list(dict.fromkeys([*out[key], *value]))
-            elif key in ("minimum", "minLength", "minItems", "exclusiveMinimum"):
-                out[key] = max(out[key], value)
-            elif key in ("maximum", "maxLength", "maxItems", "exclusiveMaximum"):
-                out[key] = min(out[key], value)
-            elif key == "enum":
-                out[key] = [v for v in out[key] if v in value]
-            elif key == "type":
-                a = set(out[key] if isinstance(out[key], list) else [out[key]])
-                b = set(value if isinstance(value, list) else [value])
-                if "number" in a and "integer" in b or "number" in b and "integer" in a:
-                    a, b = a | {"integer"}, b | {"integer"}
-                common = sorted(a & b)
-                if not common:
-                    raise SchemaGenerationError(
-                        f"{path}: allOf types {sorted(a)} and {sorted(b)} have nothing in common"
-                    )
-                out[key] = common if len(common) > 1 else common[0]
-            else:
-                out[key] = value
-    return out
-
-
-def _plausible(value: Any, schema: Any) -> bool:
-    """A cheap pre-check that an echoed value fits a field (the simulator validates fully)."""
-    if not isinstance(schema, Mapping):
-        return schema is True
-    if "const" in schema:
-        return value == schema["const"]
-    if "enum" in schema:
-        return value in schema["enum"]
-    declared = schema.get("type")
-    if declared is None:
-        return not any(k in schema for k in ("$ref", "allOf", "oneOf", "anyOf"))
-    kinds = declared if isinstance(declared, list) else [declared]
-    return any(_is_type(value, kind) for kind in kinds)
-
-
-def _is_type(value: Any, kind: str) -> bool:
-    if kind == "integer":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind == "number":
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    return isinstance(
-        value,
-        {"string": str, "boolean": bool, "object": dict, "array": list, "null": type(None)}.get(
-            kind, object
-        ),
-    )
-
-
-def _date(rng: random.Random) -> dt.date:
-    return dt.date(2024, 1, 1) + dt.timedelta(days=rng.randint(0, 730))
-
-
-_FORMATS = {
-    "date": lambda rng: _date(rng).isoformat(),
-    "date-time": lambda rng: (
-        f"{_date(rng).isoformat()}T{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:00Z"
-    ),
-    "time": lambda rng: f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:00Z",
-    "email": lambda rng: f"{rng.choice(_WORDS)}.{rng.randint(1, 99)}@example.com",
-    "uri": lambda rng: f"https://example.com/{rng.choice(_WORDS)}/{rng.randint(1, 999)}",
-    "url": lambda rng: f"https://example.com/{rng.choice(_WORDS)}/{rng.randint(1, 999)}",
-    "uuid": lambda rng: str(uuid.UUID(int=rng.getrandbits(128), version=4)),
-    "ipv4": lambda rng: ".".join(str(rng.randint(1, 254)) for _ in range(4)),
-    "hostname": lambda rng: f"{rng.choice(_WORDS)}.example.com",
-}
-
-
-def unsupported_keywords(schema: Any) -> list[str]:
-    """Keywords anywhere in ``schema`` that the generator does not construct for."""
-    found: set[str] = set()
-
-    def walk(node: Any) -> None:
-        if isinstance(node, Mapping):
-            found.update(k for k in _UNSUPPORTED if k in node)
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(schema)
-    return sorted(found)
+        return self.rng.choice(WORDS)
