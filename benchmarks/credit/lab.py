@@ -28,7 +28,6 @@ import argparse
 import json
 import math
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -153,6 +152,16 @@ def build_policy(args: argparse.Namespace) -> tuple[str, int, float]:
 
 
 def run_all(args: argparse.Namespace) -> list[tuple[str, int, float]]:
+    """The policy (once per work directory) and every run. One lab per work directory
+    (a second is refused, naming the first); a run's earlier output is left to the train
+    stage, which replaces only the same configuration's and refuses anything else."""
+    from slca.locks import ExclusiveLock
+
+    with ExclusiveLock(args.work / ".lab.lock", what=f"credit lab work directory {args.work}"):
+        return _run_all(args)
+
+
+def _run_all(args: argparse.Namespace) -> list[tuple[str, int, float]]:
     results = []
     if not (args.work / "models/sft/config.json").exists():
         results.append(build_policy(args))
@@ -161,8 +170,6 @@ def run_all(args: argparse.Namespace) -> list[tuple[str, int, float]]:
             return results
     (args.work / "runs").mkdir(parents=True, exist_ok=True)
     prepare_store(args)
-    for job in jobs(args):  # this benchmark's own outputs of an earlier lab
-        shutil.rmtree(args.work / "runs" / job["name"], ignore_errors=True)
     with _credit_benchmark().tracking_server(args), ThreadPoolExecutor(args.workers) as pool:
         futures = [
             pool.submit(
