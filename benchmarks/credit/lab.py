@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import statistics
 import subprocess
 import sys
@@ -105,21 +104,16 @@ def _credit_benchmark():
     return run
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-    env.pop("MLFLOW_TRACKING_URI", None)
-    server = _credit_benchmark()._SERVER_URI
-    if server:  # parallel runs: slca refuses a second writer on one SQLite store
-        env["MLFLOW_TRACKING_URI"] = server[0]
-    return env
-
-
 def _run(name: str, commands: list[list[str]], log: Path) -> tuple[str, int, float]:
     started = time.perf_counter()
     with log.open("w") as handle:
         for command in commands:
             done = subprocess.run(
-                command, cwd=REPO, env=_env(), stdout=handle, stderr=subprocess.STDOUT
+                command,
+                cwd=REPO,
+                env=_credit_benchmark().job_env(),
+                stdout=handle,
+                stderr=subprocess.STDOUT,
             )
             if done.returncode != 0:
                 return name, done.returncode, time.perf_counter() - started

@@ -223,11 +223,18 @@ def tracking_server(args: argparse.Namespace) -> Iterator[None]:
         server.wait(timeout=60)
 
 
-def _chain(name: str, commands: list[list[str]], log: Path, work: Path) -> tuple[str, int, float]:
+def job_env() -> dict[str, str]:
+    """A parallel job's environment: one torch thread, and the MLflow server when one
+    runs (slca refuses a second writer on one SQLite store)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
     env.pop("MLFLOW_TRACKING_URI", None)
     if _SERVER_URI:
         env["MLFLOW_TRACKING_URI"] = _SERVER_URI[0]
+    return env
+
+
+def _chain(name: str, commands: list[list[str]], log: Path, work: Path) -> tuple[str, int, float]:
+    env = job_env()
     started = time.perf_counter()
     shutil.rmtree(work, ignore_errors=True)
     with log.open("w") as handle:
