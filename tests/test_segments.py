@@ -285,6 +285,74 @@ def test_union_mask_is_every_head_token_and_needs_a_head():
         union_mask({})
 
 
+def test_last_run_routes_only_rollouts_without_a_summary_token():
+    from slca.segments import route_missing_summary
+
+    rows = [
+        # call turn, response, final answer: unchanged
+        [None, "tool_call", "tool_call", None, "summary", "summary"],
+        # call, response, then a second call turn cut off: that turn goes to summary
+        [None, "tool_call", None, "preamble", "tool_call", None],
+        # one call turn that ran on: all of it goes to summary
+        [None, "reasoning", "tool_call", "tool_call", None, None],
+        # nothing written: nothing moves
+        [None, None, None, None, None, None],
+    ]
+    codes = torch.tensor([encode_kinds(row) for row in rows])
+    plain = head_masks(codes)
+    masks = head_masks(codes, missing_summary="last_run")
+    assert masks["summary"].tolist() == [
+        [False, False, False, False, True, True],
+        [False, False, False, True, True, False],
+        [False, True, True, True, False, False],
+        [False] * 6,
+    ]
+    assert masks["tool"].tolist() == [
+        [False, True, True, False, False, False],
+        [False, True, False, False, False, False],
+        [False] * 6,
+        [False] * 6,
+    ]
+    assert torch.equal(masks["tool"] | masks["summary"], plain["tool"] | plain["summary"])
+    with pytest.raises(ValueError, match="no 'summary' head"):
+        route_missing_summary({"tool": plain["tool"]})
+
+
+@given(st.lists(st.sampled_from([None, *SEGMENT_KINDS]), min_size=1, max_size=14), st.booleans())
+def test_last_run_keeps_masks_disjoint_with_the_same_union(kinds, drop_reasoning):
+    routing = dict(DEFAULT_ROUTING, reasoning=None) if drop_reasoning else DEFAULT_ROUTING
+    codes = torch.tensor([encode_kinds(kinds)])
+    plain = head_masks(codes, routing)
+    masks = head_masks(codes, routing, missing_summary="last_run")
+    assert not (masks["tool"] & masks["summary"]).any()
+    assert torch.equal(masks["tool"] | masks["summary"], plain["tool"] | plain["summary"])
+    union = plain["tool"] | plain["summary"]
+    assert masks["summary"].any().item() == union.any().item()
+    if plain["summary"].any():
+        assert all(torch.equal(masks[h], plain[h]) for h in plain)
+
+
+def test_last_run_gives_an_omitted_answer_a_negative_summary_advantage():
+    from slca.advantages import compute_advantages
+
+    answered = [None, "tool_call", None, "summary", "summary"]
+    ran_on = [None, "tool_call", "tool_call", "tool_call", "tool_call"]
+    codes = torch.tensor([encode_kinds(answered), encode_kinds(answered), encode_kinds(ran_on)])
+    rewards = {"tool": torch.tensor([1.0, 1.0, 1.0]), "summary": torch.tensor([1.0, 0.5, 0.0])}
+    group = torch.zeros(3, dtype=torch.long)
+    results = {}
+    for missing in ("unrouted", "last_run"):
+        masks = head_masks(codes, missing_summary=missing)
+        results[missing], _ = compute_advantages(
+            "slca", rewards=rewards, head_masks=masks, group_index=group
+        )
+    # unrouted: the run-on rollout's tokens see only the (zero) tool advantage
+    assert results["unrouted"][2].abs().max().item() == 0.0
+    # last_run: its one turn carries the group's lowest summary advantage
+    assert (results["last_run"][2, 1:] < 0).all()
+    assert results["last_run"][0, 3:].gt(0).all()
+
+
 # ---------------------------------------------------------------- mask runs (reference)
 
 

@@ -303,7 +303,10 @@ class Trainer:
         rows = torch.arange(self.update.rank * own, (self.update.rank + 1) * own)
         batch = collate(rollouts, self.tokenizer.pad_token_id)
         masks = head_masks(
-            batch.kind_codes, algorithm.segments.routing, mode=algorithm.segments.mode
+            batch.kind_codes,
+            algorithm.segments.routing,
+            mode=algorithm.segments.mode,
+            missing_summary=algorithm.segments.missing_summary,
         )
         loss_mask = union_mask(masks)
         with self._timed("logprobs"):
