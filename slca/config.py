@@ -28,7 +28,7 @@ from slca.paramfile import (
 )
 from slca.rewards.config import RewardConfig
 from slca.rollout.vllm_engine import VLLMConfig
-from slca.segments import DEFAULT_ROUTING, MissingSummary, SegmentMode, validate_routing
+from slca.segments import DEFAULT_ROUTING, SegmentMode, validate_routing
 from slca.training.config import EngineConfig
 
 
@@ -50,13 +50,6 @@ class SegmentConfig(StrictModel):
     routing: dict[str, str | None] = Field(default_factory=lambda: dict(DEFAULT_ROUTING))
     """Segment kind (reasoning, tool_call, preamble, summary) → reward head, or null
     to train on no token of that kind. ``grammar`` mode only."""
-    missing_summary: MissingSummary = "unrouted"
-    """A rollout that wrote no summary token (cut off in a call turn, or ending on a
-    call). ``unrouted``: its R_sum lands on no token (DESIGN §2's present-only
-    statistics), so leaving out the answer is not priced under slca. ``last_run``: its
-    last run of policy tokens (its last turn) goes to the summary head, as the authors'
-    mask-run segmenting does for every rollout (docs/decisions.md, "A missing
-    summary"). ``grammar`` mode only; needs a ``summary`` head."""
 
     @field_validator("routing")
     @classmethod
@@ -70,17 +63,6 @@ class SegmentConfig(StrictModel):
                 "routing applies to mode 'grammar' only; mode 'mask_runs' routes runs, "
                 "not kinds, to the tool and summary heads"
             )
-        if self.missing_summary == "last_run":
-            if self.mode == "mask_runs":
-                raise ValueError(
-                    "missing_summary 'last_run' applies to mode 'grammar' only; mode "
-                    "'mask_runs' already puts every rollout's last run on the summary head"
-                )
-            if "summary" not in self.heads:
-                raise ValueError(
-                    "missing_summary 'last_run' needs segments.routing to route a kind to "
-                    "the 'summary' head"
-                )
         return self
 
     @property

@@ -38,10 +38,6 @@ DEFAULT_ROUTING: dict[str, str | None] = {
 }
 """Segment kind → reward head. ``None`` drops the kind from training (mask 0)."""
 
-MissingSummary = Literal["unrouted", "last_run"]
-"""Where the summary advantage of a rollout with no summary token goes: nowhere
-(present-only statistics, DESIGN §2) or onto its last run of policy tokens."""
-
 SegmentMode = Literal["grammar", "mask_runs"]
 SEGMENT_MODES: tuple[str, ...] = ("grammar", "mask_runs")
 """How tokens reach heads: by their grammar label through the routing (slca), or by
@@ -249,7 +245,6 @@ def head_masks(
     routing: Mapping[str, str | None] = DEFAULT_ROUTING,
     *,
     mode: SegmentMode = "grammar",
-    missing_summary: MissingSummary = "unrouted",
 ) -> dict[str, torch.Tensor]:
     """Bool masks per head from per-token kind codes.
 
@@ -260,8 +255,6 @@ def head_masks(
         mode: ``grammar`` routes each token by its kind; ``mask_runs`` ignores kinds
             and splits the policy tokens (codes other than ENV) by
             :func:`mask_run_masks`.
-        missing_summary: ``last_run`` applies :func:`route_missing_summary` (``grammar``
-            mode only).
 
     Returns:
         head → ``(B, T)`` bool mask. Masks are disjoint; their union is the
@@ -279,36 +272,10 @@ def head_masks(
         if head is not None:
             heads.setdefault(head, []).append(KIND_CODE[kind])
     codes = kind_codes.long()
-    masks = {
+    return {
         head: torch.isin(codes, torch.tensor(members, device=codes.device))
         for head, members in heads.items()
     }
-    return route_missing_summary(masks) if missing_summary == "last_run" else masks
-
-
-def route_missing_summary(
-    masks: Mapping[str, torch.Tensor], head: str = "summary"
-) -> dict[str, torch.Tensor]:
-    """Put the summary head on the last run of policy tokens of rollouts that wrote none.
-
-    A rollout cut off in a call turn, or ending on a call, has no summary token, so with
-    present-only statistics its summary reward lands on no token and leaving out the
-    answer costs nothing; the tokens that chose to run on are tool tokens and see only
-    the tool advantage. Moving that rollout's last run (its last turn) to the summary
-    head prices the omission there, as the authors' mask-run segmenting does for every
-    rollout (:func:`mask_run_masks`). Rollouts with a summary token are unchanged.
-
-    Args:
-        masks: head → ``(B, T)`` bool, disjoint, including ``head``.
-
-    Returns:
-        head → ``(B, T)`` bool, disjoint, with the same union as ``masks``.
-    """
-    if head not in masks:
-        raise ValueError(f"no {head!r} head to route a missing summary to; heads: {sorted(masks)}")
-    last_run = mask_run_masks(union_mask(masks))["summary"]
-    moved = last_run & ~masks[head].any(dim=1, keepdim=True)
-    return {name: mask | moved if name == head else mask & ~moved for name, mask in masks.items()}
 
 
 def mask_run_masks(policy_mask: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -154,24 +154,6 @@ def test_default_profile_is_slcas_design_unchanged():
     assert cfg.algorithm.loss.clip_ratio_c is None and cfg.rewards.mode == "process"
 
 
-def test_missing_summary_last_run_needs_grammar_mode_and_a_summary_head():
-    from slca.config import TrainConfig
-
-    cfg = TrainConfig(algorithm={"segments": {"missing_summary": "last_run"}})
-    assert cfg.algorithm.segments.missing_summary == "last_run"
-    assert TrainConfig().algorithm.segments.missing_summary == "unrouted"
-    with pytest.raises(ValueError, match="applies to mode 'grammar' only"):
-        TrainConfig(algorithm={"segments": {"mode": "mask_runs", "missing_summary": "last_run"}})
-    routing = {"reasoning": "tool", "tool_call": "tool", "preamble": "tool", "summary": None}
-    with pytest.raises(ValueError, match="needs segments.routing to route a kind to the 'summary'"):
-        TrainConfig(
-            algorithm={
-                "segments": {"routing": routing, "missing_summary": "last_run"},
-                "advantage": {"estimator": "grpo", "weights": {"tool": 1.0}},
-            }
-        )
-
-
 def test_each_reference_setting_is_usable_on_its_own():
     from slca.config import TrainConfig
 

@@ -303,10 +303,7 @@ class Trainer:
         rows = torch.arange(self.update.rank * own, (self.update.rank + 1) * own)
         batch = collate(rollouts, self.tokenizer.pad_token_id)
         masks = head_masks(
-            batch.kind_codes,
-            algorithm.segments.routing,
-            mode=algorithm.segments.mode,
-            missing_summary=algorithm.segments.missing_summary,
+            batch.kind_codes, algorithm.segments.routing, mode=algorithm.segments.mode
         )
         loss_mask = union_mask(masks)
         with self._timed("logprobs"):
