@@ -236,10 +236,9 @@ def _evaluate(
     atomic_write_text(per_task, "".join(json.dumps(line, sort_keys=True) + "\n" for line in lines))
     atomic_write_text(report, json.dumps(metrics, indent=1, sort_keys=True) + "\n")
     if params.tracking_dir is not None:
-        from slca.tracking import RUN_FILE, log_evaluation
+        from slca.tracking import log_evaluation, read_run_file
 
-        run_file = Path(params.model_dir) / RUN_FILE
-        run = json.loads(run_file.read_text()) if run_file.exists() else {}
+        run = read_run_file(params.model_dir)
         log_evaluation(
             params.tracking_dir,
             experiment=params.experiment,

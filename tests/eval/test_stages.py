@@ -14,13 +14,8 @@ from slca.eval.stages import EvaluateParams, draw, evaluate, main, transcript
 from slca.grammar import parse_turn
 from slca.rollout.types import ExecutedCall, Rollout, Turn
 from slca.tracking import RUN_FILE, experiment_runs
-from slca.training.stages import (
-    BaseModelParams,
-    SFTParams,
-    build_base_model,
-    run_sft,
-    run_train,
-)
+from slca.training.session import run_train
+from slca.training.stages import BaseModelParams, SFTParams, build_base_model, run_sft
 
 
 @pytest.fixture(scope="module")
