@@ -338,7 +338,7 @@ def test_a_judge_without_its_engine_is_refused_when_the_trainer_is_built(world, 
 
 def test_a_judge_on_a_local_tiny_model_scores_from_step_1(world, tmp_path):
     from slca.config import TrainConfig
-    from slca.training.factory import build_scorer
+    from slca.rewards.judge_engine import build_scorer
 
     tasks, tokenizer = world
     judge_dir = tmp_path / "judge"
@@ -346,7 +346,7 @@ def test_a_judge_on_a_local_tiny_model_scores_from_step_1(world, tmp_path):
     tokenizer.save_pretrained(judge_dir)
     summary = {"name": "judge", "judge": {"model": str(judge_dir), "max_new_tokens": 6}}
     config = TrainConfig.model_validate({"rewards": {"summary": summary}})
-    scorer = build_scorer(config.rewards.summary)
+    scorer = build_scorer(config.rewards.summary, where="train.rewards.summary")
     trainer, _, _ = make(
         world, tmp_path / "run", steps=1, rewards={"summary": summary}, summary_scorer=scorer
     )
