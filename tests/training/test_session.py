@@ -192,19 +192,19 @@ def test_the_session_builds_the_configured_simulator_and_judge_once(workspace, t
     assert (tmp_path / "sim.sqlite").exists()
 
 
-def test_a_run_without_tracking_never_imports_mlflow(workspace, tmp_path):
-    """track=False: the whole stage (the run file included) runs without loading MLflow,
-    as on a machine without it."""
+def test_a_run_without_tracking_needs_no_mlflow(workspace, tmp_path):
+    """track=False: the whole stage (the run file included) runs on a machine without
+    MLflow (here: its import blocked; DeepSpeed, when installed, only tries it)."""
     root, _ = workspace
     config = train_config(
         root, steps=1, out_dir=str(tmp_path / "rl"), checkpoint_dir=str(tmp_path / "ckpt")
     )
     script = (
-        "import json, sys\n"
+        "import sys\n"
+        "sys.modules['mlflow'] = None  # import mlflow now raises ImportError\n"
         "from slca.config import TrainConfig\n"
         "from slca.training.session import run_train\n"
         "assert run_train(TrainConfig.model_validate_json(sys.argv[1]), track=False) is None\n"
-        "print('mlflow' in sys.modules)\n"
     )
     env = dict(os.environ)
     env.pop("MLFLOW_TRACKING_URI", None)
@@ -216,5 +216,4 @@ def test_a_run_without_tracking_never_imports_mlflow(workspace, tmp_path):
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split()[-1] == "False"
     assert json.loads((tmp_path / "rl/mlflow_run.json").read_text())["run_id"] is None
