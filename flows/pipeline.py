@@ -20,7 +20,7 @@ from flows.simulator_check import simulator_check
 from flows.train import train, train_config
 from slca.data.params import PrepareParams, ValidateParams
 from slca.rollout.vllm_engine import check_engine
-from slca.simulator.check import SimulatorCheckParams
+from slca.simulator.check import check_params
 from slca.training.stages import BaseModelParams, SFTParams
 
 
@@ -43,11 +43,11 @@ def pipeline(
     for name, model in (
         ("prepare", PrepareParams),
         ("validate", ValidateParams),
-        ("simulator_check", SimulatorCheckParams),
         ("base_model", BaseModelParams),
         ("sft", SFTParams),
     ):
         section(document, name, model, params_file)
+    check_params(document, params_file)  # the check validates training's simulator backend
     configs = {e: train_config(document, params_file, e) for e in dict.fromkeys(estimators)}
     sft_dir = section(document, "sft", SFTParams, params_file).out_dir
     evaluation = evaluate_params(document, params_file, sft_dir, "sft", must_exist=False)

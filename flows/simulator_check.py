@@ -7,8 +7,8 @@ from typing import Any
 
 from prefect import flow
 
-from flows.params import DEFAULT_STATE_DIR, read_document, section
-from slca.simulator.check import SimulatorCheckParams
+from flows.params import DEFAULT_STATE_DIR, read_document
+from slca.simulator.check import check_params
 from tasks.simulator import simulator_check_task
 
 
@@ -20,7 +20,7 @@ def simulator_check(
 ) -> dict[str, Any]:
     """The ``simulator_check`` section of ``params_file``; returns the check's summary."""
     document = read_document(params_file, overrides)
-    params = section(document, "simulator_check", SimulatorCheckParams, params_file)
+    params = check_params(document, params_file)  # refused unless train.simulator's backend
     return simulator_check_task(params, str(state_dir))
 
 

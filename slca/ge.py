@@ -48,36 +48,24 @@ def column_expectation(class_name: str, check: Callable[[pd.Series], pd.Series],
     """
     if class_name in _built:
         return _built[class_name]
-    from great_expectations.execution_engine import PandasExecutionEngine
     from great_expectations.expectations.expectation import ColumnMapExpectation
     from great_expectations.expectations.metrics.map_metric_provider import (
         ColumnMapMetricProvider,
         column_condition_partial,
     )
 
-    metric = f"column_values.slca_{_snake(class_name)}"
-
-    def _pandas(cls, column, **kwargs):
+    def _pandas(cls, column, **kwargs):  # GE passes the column by this name
         return check(column)
 
-    type(
-        f"{class_name}Metric",
-        (ColumnMapMetricProvider,),
-        {
-            "condition_metric_name": metric,
-            "_pandas": column_condition_partial(engine=PandasExecutionEngine)(_pandas),
-        },
-    )
-    _built[class_name] = type(
+    return _register(
         class_name,
-        (ColumnMapExpectation,),
-        {
-            "__doc__": doc,
-            "map_metric": metric,
-            "success_keys": ("mostly",),
-        },
+        doc,
+        metric=f"column_values.slca_{_snake(class_name)}",
+        provider=ColumnMapMetricProvider,
+        condition=column_condition_partial,
+        pandas=_pandas,
+        expectation=ColumnMapExpectation,
     )
-    return _built[class_name]
 
 
 def pair_expectation(
@@ -86,37 +74,66 @@ def pair_expectation(
     """A column-pair map expectation whose rows pass where ``check(A, B)`` is True."""
     if class_name in _built:
         return _built[class_name]
-    from great_expectations.execution_engine import PandasExecutionEngine
     from great_expectations.expectations.expectation import ColumnPairMapExpectation
     from great_expectations.expectations.metrics.map_metric_provider import (
         ColumnPairMapMetricProvider,
         column_pair_condition_partial,
     )
 
-    metric = f"column_pair_values.slca_{_snake(class_name)}"
-
-    def _pandas(cls, column_A, column_B, **kwargs):
+    def _pandas(cls, column_A, column_B, **kwargs):  # GE passes the columns by these names
         return check(column_A, column_B)
+
+    return _register(
+        class_name,
+        doc,
+        metric=f"column_pair_values.slca_{_snake(class_name)}",
+        provider=ColumnPairMapMetricProvider,
+        condition=column_pair_condition_partial,
+        pandas=_pandas,
+        expectation=ColumnPairMapExpectation,
+        metric_attributes={"condition_domain_keys": _PAIR_DOMAIN_KEYS},
+        expectation_attributes={
+            "domain_keys": _PAIR_DOMAIN_KEYS,
+            "ignore_row_if": "neither",
+            "__annotations__": {"ignore_row_if": str},
+        },
+    )
+
+
+def _register(
+    class_name: str,
+    doc: str,
+    *,
+    metric: str,
+    provider: type,
+    condition: Callable[..., Any],
+    pandas: Callable[..., pd.Series],
+    expectation: type,
+    metric_attributes: Mapping[str, Any] | None = None,
+    expectation_attributes: Mapping[str, Any] | None = None,
+) -> type:
+    """Define the metric ``metric`` (a ``provider`` subclass whose pandas condition is
+    ``pandas``, wrapped by GE's ``condition`` partial; defining it registers it) and the
+    ``expectation`` subclass ``class_name`` that reads it; kept in ``_built``."""
+    from great_expectations.execution_engine import PandasExecutionEngine
 
     type(
         f"{class_name}Metric",
-        (ColumnPairMapMetricProvider,),
+        (provider,),
         {
             "condition_metric_name": metric,
-            "condition_domain_keys": _PAIR_DOMAIN_KEYS,
-            "_pandas": column_pair_condition_partial(engine=PandasExecutionEngine)(_pandas),
+            "_pandas": condition(engine=PandasExecutionEngine)(pandas),
+            **(metric_attributes or {}),
         },
     )
     _built[class_name] = type(
         class_name,
-        (ColumnPairMapExpectation,),
+        (expectation,),
         {
             "__doc__": doc,
             "map_metric": metric,
             "success_keys": ("mostly",),
-            "domain_keys": _PAIR_DOMAIN_KEYS,
-            "ignore_row_if": "neither",
-            "__annotations__": {"ignore_row_if": str},
+            **(expectation_attributes or {}),
         },
     )
     return _built[class_name]

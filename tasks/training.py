@@ -9,14 +9,10 @@ from prefect.cache_policies import NO_CACHE
 
 from slca.config import TrainConfig
 from slca.rewards.score import RewardBreakdown
-from slca.training.rl import Sampled, Trainer, latest_checkpoint
-from slca.training.stages import (
-    BaseModelParams,
-    SFTParams,
-    build_base_model,
-    checkpoint_path,
-    run_sft,
-)
+from slca.training.checkpoints import latest_checkpoint
+from slca.training.rl import Sampled, Trainer
+from slca.training.session import checkpoint_path
+from slca.training.stages import BaseModelParams, SFTParams, build_base_model, run_sft
 from tasks.steps import Step, as_paths, run_step, same_started_run
 
 

@@ -73,6 +73,22 @@ def test_import_disables_telemetry_before_mlflow_starts():
     assert out.stdout.split() == ["true", "None"]
 
 
+def test_the_package_loads_mlflow_only_for_a_name_that_needs_it():
+    # a run with tracking off (it writes the run file) must not need MLflow
+    code = (
+        "import sys, slca.tracking as t; run_file = t.RUN_FILE;"
+        "print('mlflow' in sys.modules, run_file);"
+        "tracker = t.Tracker;"
+        "print('mlflow' in sys.modules, tracker.__module__)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "mlflow_run.json", "True", "slca.tracking.writer"]
+    with pytest.raises(AttributeError, match="no attribute 'Trackr'"):
+        import slca.tracking
+
+        slca.tracking.Trackr  # noqa: B018
+
+
 def test_default_store_is_sqlite_with_artifacts_beside_it(store, experiment):
     with Tracker(store, experiment=experiment) as tracker:
         assert tracker.tracking_uri == f"sqlite:///{store.resolve()}/mlflow.db"

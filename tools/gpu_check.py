@@ -393,7 +393,7 @@ class Check:
         self, estimator: str, engine: str, label: str | None = None, **extra: Any
     ) -> dict[str, Any]:
         """``engine``: the rollout engine; ``label`` names the run's directories."""
-        from slca.training.stages import run_train
+        from slca.training.session import run_train
 
         config = self.train_config(estimator, engine, label or engine, **extra)
         steps: list[dict[str, float]] = []

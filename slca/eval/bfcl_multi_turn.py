@@ -27,7 +27,6 @@ import contextvars
 import functools
 import importlib
 import importlib.util
-import inspect
 import json
 import sys
 import types
@@ -45,7 +44,7 @@ from slca.data.sources.bfcl_backends import (
 )
 from slca.eval.bfcl import MULTI_TURN, Verdict
 from slca.rollout.types import Rollout
-from slca.simulator.core import error
+from slca.simulator.core import error, scope_key, signature_error
 
 (CATEGORY,) = MULTI_TURN
 
@@ -184,7 +183,7 @@ class MultiTurnExecutor:
         self._instances: dict[Any, dict[str, Any]] = {}
 
     def instances(self, scope: Any) -> dict[str, Any]:
-        key = tuple(scope) if isinstance(scope, tuple | list) else (scope,)
+        key = scope_key(scope)
         if key not in self._instances:
             self._instances[key] = new_instances(entries()[_bfcl_id(key[0])])
         return self._instances[key]
@@ -201,12 +200,9 @@ class MultiTurnExecutor:
         table = methods(self.instances(scope))
         if name not in table:
             return error("unknown_tool", f"no function named {name!r}; see the tool list")
-        if not isinstance(arguments, Mapping):
-            return error("invalid_arguments", f"{name}: arguments must be a JSON object")
-        try:
-            inspect.signature(table[name]).bind(**arguments)
-        except TypeError as e:
-            return error("invalid_arguments", f"{name}: {e}")
+        invalid = signature_error(name, table[name], arguments)
+        if invalid is not None:
+            return invalid
         try:
             result = table[name](**arguments)
         except Exception as e:  # the API's own refusal, reported to the policy

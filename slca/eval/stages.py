@@ -10,6 +10,8 @@ the run that trained the model (``mlflow_run.json`` in ``model_dir``) or a new r
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
 import sys
 from collections.abc import Callable
@@ -32,10 +34,14 @@ from slca.data.splits import draw, draw_split, fitting_tasks
 from slca.eval.bfcl import CATEGORIES
 from slca.eval.bfcl_multi_turn import CATEGORY as MULTI_TURN
 from slca.rewards.config import RewardConfig
+from slca.rewards.judge_engine import build_scorer, check_judge
+from slca.rewards.preference import SummaryScorer
 from slca.rollout.vllm_engine import VLLMConfig, check_engine
 
 BFCL_SETS = (*CATEGORIES, MULTI_TURN)
 """The BFCL categories evaluate can score."""
+SUMMARY_SETTING = "evaluate.rewards.summary"
+"""Where evaluation's summary scorer is configured (named in its messages)."""
 
 Progress = Callable[[str, int], Callable[[int], Any]]
 """Given a set's name and task count before the set runs, returns what is called with
@@ -156,22 +162,30 @@ def evaluate(params: EvaluateParams, progress: Progress | None = None) -> dict[s
         model_dir=params.model_dir,
         max_model_len=params.max_total_tokens,
     )
+    check_judge(params.rewards.summary, where=SUMMARY_SETTING)
+    device = resolve_device(params.device, key="evaluate.device")
     if params.engine == "vllm":
         from slca.modeling import load_tokenizer
 
         model, tokenizer = None, load_tokenizer(params.model_dir)  # vLLM loads the weights
     else:
-        device = resolve_device(params.device, key="evaluate.device")
         model, tokenizer = load_causal_lm(params.model_dir, dtype="float32", device=device)
-    with _engine(params, model, tokenizer) as engine:
-        return _evaluate(params, engine, tokenizer, progress)
+    with contextlib.ExitStack() as stack:
+        engine = stack.enter_context(_engine(params, model, tokenizer))
+        # built once, as training builds it: a judge on its own engine, a reward model
+        scorer = build_scorer(
+            params.rewards.summary,
+            where=SUMMARY_SETTING,
+            device=device,
+            seed=params.seed,
+            stack=stack,
+        )
+        return _evaluate(params, engine, tokenizer, progress, scorer)
 
 
 def _engine(params: EvaluateParams, model: Any, tokenizer: Any) -> Any:
     """The generation engine ``params.engine`` names, as a context (vLLM's processes
     stop when it closes)."""
-    import contextlib
-
     from slca.rollout.engines import HFEngine
 
     if params.engine == "hf":
@@ -191,7 +205,11 @@ def _engine(params: EvaluateParams, model: Any, tokenizer: Any) -> Any:
 
 
 def _evaluate(
-    params: EvaluateParams, engine: Any, tokenizer: Any, progress: Progress | None
+    params: EvaluateParams,
+    engine: Any,
+    tokenizer: Any,
+    progress: Progress | None,
+    summary_scorer: SummaryScorer,
 ) -> dict[str, float]:
     from slca.rollout.engines import SamplingParams
     from slca.rollout.loop import RolloutLimits, run_rollouts
@@ -218,7 +236,11 @@ def _evaluate(
     metrics: dict[str, float] = {}
     lines: list[dict[str, Any]] = []
     sets = (
-        ("in_domain", _in_domain_tasks(params), _score_in_domain),
+        (
+            "in_domain",
+            _in_domain_tasks(params),
+            functools.partial(_score_in_domain, summary_scorer),
+        ),
         ("bfcl", _bfcl_tasks(params), _score_bfcl),
         ("tau2", _tau2_tasks(params), _score_tau2),
     )
@@ -236,10 +258,9 @@ def _evaluate(
     atomic_write_text(per_task, "".join(json.dumps(line, sort_keys=True) + "\n" for line in lines))
     atomic_write_text(report, json.dumps(metrics, indent=1, sort_keys=True) + "\n")
     if params.tracking_dir is not None:
-        from slca.tracking import RUN_FILE, log_evaluation
+        from slca.tracking import log_evaluation, read_run_file
 
-        run_file = Path(params.model_dir) / RUN_FILE
-        run = json.loads(run_file.read_text()) if run_file.exists() else {}
+        run = read_run_file(params.model_dir)
         log_evaluation(
             params.tracking_dir,
             experiment=params.experiment,
@@ -318,14 +339,16 @@ _NOT_RUN = object()
 """A parsed call the loop never ran (its turn was cut off): no response to show."""
 
 
-def _score_in_domain(params: EvaluateParams, tasks: list[TaskRecord], rollouts: Any):
+def _score_in_domain(
+    summary_scorer: SummaryScorer, params: EvaluateParams, tasks: list[TaskRecord], rollouts: Any
+):
     from slca.eval.in_domain import in_domain_metrics
     from slca.rewards.score import score_batch
     from slca.simulator import Simulator
 
     with Simulator(seed=params.seed) as simulator:
         done = rollouts("in_domain", tasks, simulator, params.max_turns)
-    breakdowns = score_batch(done, tasks, params.rewards)
+    breakdowns = score_batch(done, tasks, params.rewards, summary_scorer=summary_scorer)
     lines = [
         {
             "task_id": t.id,
@@ -339,7 +362,9 @@ def _score_in_domain(params: EvaluateParams, tasks: list[TaskRecord], rollouts: 
         }
         for t, r, b in zip(tasks, done, breakdowns)
     ]
-    return in_domain_metrics(breakdowns), lines
+    # the scorer's own counters (a judge's calls and failures), as training logs them
+    counters = {f"in_domain/{k}": v for k, v in summary_scorer.metrics().items()}
+    return {**in_domain_metrics(breakdowns), **counters}, lines
 
 
 def _score_bfcl(params: EvaluateParams, tasks: list[TaskRecord], rollouts: Any):

@@ -20,18 +20,17 @@ Protocol (single agent, no user simulator; docs/decisions.md, "τ²-bench protoc
 from __future__ import annotations
 
 import functools
-import inspect
 import json
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from slca.data.record import TaskRecord
 from slca.data.sources.tau2 import load, set_initial_state
-from slca.simulator.core import error, is_error
+from slca.simulator.core import Counters, error, is_error, scope_key, signature_error
 
 DOMAINS = ("airline", "retail", "telecom")
 PREFIX = "tau2-"
@@ -158,15 +157,9 @@ def call_environment(env: Any, name: str, arguments: Any) -> Any:
     if func is None:
         known = ", ".join(_tool_names(env))
         return error("unknown_tool", f"no tool named {name!r}; this task has: {known}")
-    if not isinstance(arguments, Mapping):
-        return error(
-            "invalid_arguments",
-            f"{name}: arguments must be a JSON object, got {type(arguments).__name__}",
-        )
-    try:
-        inspect.signature(func).bind(**arguments)
-    except TypeError as exc:
-        return error("invalid_arguments", f"{name}: {exc}")
+    invalid = signature_error(name, func, arguments)
+    if invalid is not None:
+        return invalid
     try:
         out = env.make_tool_call(name, requestor="assistant", **arguments)
         env.sync_tools()
@@ -180,7 +173,7 @@ def call_environment(env: Any, name: str, arguments: Any) -> Any:
 
 
 @dataclass
-class Tau2Stats:
+class Tau2Stats(Counters):
     calls: int = 0
     unknown_tool: int = 0
     invalid_arguments: int = 0
@@ -195,10 +188,6 @@ class Tau2Stats:
             "env/error_rate": errors / max(self.calls, 1),
             "env/latency_ms": 1e3 * self.latency_s / max(self.calls, 1),
         }
-
-    def reset(self) -> None:
-        for f in fields(self):
-            setattr(self, f.name, f.default)
 
 
 class Tau2Executor:
@@ -240,7 +229,7 @@ class Tau2Executor:
 
     def environment(self, scope: Any) -> Any:
         """The live environment of ``scope`` (created at the task's initial state)."""
-        key = _scope_key(scope)
+        key = _task_scope(scope)
         env = self._envs.get(key)
         if env is None:
             env = self._envs[key] = initial_environment(key[0])
@@ -248,7 +237,7 @@ class Tau2Executor:
 
     def release(self, scope: Any) -> None:
         """Forget ``scope``'s environment (its next call starts from the initial state)."""
-        self._envs.pop(_scope_key(scope), None)
+        self._envs.pop(_task_scope(scope), None)
 
     def close(self) -> None:
         self._envs.clear()
@@ -260,8 +249,8 @@ class Tau2Executor:
         self.close()
 
 
-def _scope_key(scope: Any) -> tuple:
-    key = tuple(scope) if isinstance(scope, tuple | list) else (scope,)
+def _task_scope(scope: Any) -> tuple:
+    key = scope_key(scope)
     if not key or not isinstance(key[0], str):
         raise Tau2Error(f"a τ² scope is (task_id, group) or a task id; got {scope!r}")
     parse_task_id(key[0])

@@ -31,9 +31,11 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from slca import ge
+from slca.config import SimulatorConfig
 from slca.data import io
 from slca.data.record import REFERENCE_RE, TaskRecord
 from slca.jsonutil import MISSING, canonical_json, walk
+from slca.paramfile import ConfigError, parse_section, read_params
 from slca.simulator.core import Simulator, is_error
 
 SUITE = "slca_simulator"
@@ -210,11 +212,25 @@ def validate_simulator(params: SimulatorCheckParams) -> tuple[bool, list[str], d
     return ok, failures, summary
 
 
-def load_params(path: str | Path) -> SimulatorCheckParams:
-    """The ``simulator_check`` section, read strictly (:mod:`slca.paramfile`)."""
-    from slca.paramfile import load_section
+def check_params(document: Mapping[str, Any], path: str | Path) -> SimulatorCheckParams:
+    """The ``simulator_check`` section of a params ``document`` (read from ``path``),
+    refused when its backend is not ``train.simulator.backend``: the check must
+    validate the simulator that training explores against, not another one."""
+    params = parse_section(document, "simulator_check", SimulatorCheckParams, path)
+    trained = parse_section(document, "train.simulator", SimulatorConfig, path).backend
+    if params.backend != trained:
+        raise ConfigError(
+            f"{path}: simulator_check.backend: {params.backend!r}, but training explores "
+            f"against train.simulator.backend {trained!r}; the check would validate a "
+            "backend training never uses (set both alike)"
+        )
+    return params
 
-    return load_section(path, "simulator_check", SimulatorCheckParams)
+
+def load_params(path: str | Path) -> SimulatorCheckParams:
+    """The ``simulator_check`` section, read strictly (:mod:`slca.paramfile`) and checked
+    against ``train.simulator`` (:func:`check_params`)."""
+    return check_params(read_params(path), path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,6 +21,7 @@ hashes are cached per tool object).
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import sqlite3
 import time
@@ -28,7 +29,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import jsonschema_rs
 
@@ -54,6 +55,43 @@ def is_error(response: Any) -> bool:
     )
 
 
+def signature_error(name: str, function: Any, arguments: Any) -> dict[str, Any] | None:
+    """The ``invalid_arguments`` error of calling a real tool ``function`` (τ², BFCL)
+    with ``arguments``, or None when they are a JSON object that fits its signature;
+    the function is not called."""
+    if not isinstance(arguments, Mapping):
+        return error(
+            "invalid_arguments",
+            f"{name}: arguments must be a JSON object, got {type(arguments).__name__}",
+        )
+    try:
+        inspect.signature(function).bind(**arguments)
+    except TypeError as exc:
+        return error("invalid_arguments", f"{name}: {exc}")
+    return None
+
+
+def scope_key(scope: Any) -> tuple:
+    """An executor's ``scope`` as a tuple: ``(task_id, group)`` as the rollout loop passes
+    it, or a bare task id as ``(task_id,)``."""
+    return tuple(scope) if isinstance(scope, tuple | list) else (scope,)
+
+
+@dataclass
+class Counters:
+    """An executor's counters (a dataclass of numbers, all defaulted): reset before
+    each step's sampling, summed over the ranks of a step."""
+
+    def reset(self) -> None:
+        for f in fields(self):
+            setattr(self, f.name, f.default)
+
+    @classmethod
+    def total(cls, parts: Sequence[Self]) -> Self:
+        """One set of counters holding the sum of ``parts``'."""
+        return cls(**{f.name: sum(getattr(p, f.name) for p in parts) for f in fields(cls)})
+
+
 @dataclass(frozen=True)
 class SimulatorLimits:
     max_argument_chars: int = 65_536
@@ -70,7 +108,7 @@ class SimulatorLimits:
 
 
 @dataclass
-class SimulatorStats:
+class SimulatorStats(Counters):
     calls: int = 0
     """Every call, valid or not."""
     cache_hits: int = 0
@@ -94,10 +132,6 @@ class SimulatorStats:
             "sim/failure_rate": self.failures / max(self.calls, 1),
             "sim/latency_ms": 1e3 * self.latency_s / max(self.calls, 1),
         }
-
-    def reset(self) -> None:
-        for f in fields(self):
-            setattr(self, f.name, f.default)
 
 
 @dataclass

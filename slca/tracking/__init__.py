@@ -4,8 +4,11 @@
 model), ``evaluation`` (evaluation results into a run), ``queries`` (metric histories,
 curve CSVs, finished runs, completed checkpoints), ``store`` (the tracking URI, the
 SQLite store's locks and completion markers), ``params`` (config → params),
-``provenance`` (git commit, pinned requirements) and ``figures`` (histograms). Every
-public name is importable from ``slca.tracking``.
+``provenance`` (git commit, pinned requirements), ``figures`` (histograms) and
+``run_file`` (the file naming the run that made a model). Every public name is
+importable from ``slca.tracking``; importing the package imports no submodule and no
+MLflow: a name's submodule loads at its first use, so ``RUN_FILE`` (or a run with
+tracking off) never loads MLflow, while ``Tracker`` does.
 
 One :class:`Tracker` records one training run: the resolved config, git commit and
 data hashes as params; per-step metrics; segment-advantage histograms (figures plus
@@ -65,44 +68,83 @@ it is not.
 
 from __future__ import annotations
 
+import importlib
 import os
+from typing import TYPE_CHECKING, Any
 
 # Before any submodule imports MLflow: the package runs first, whichever submodule is
 # imported.
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
-from slca.tracking.evaluation import log_evaluation  # noqa: E402
-from slca.tracking.params import (  # noqa: E402
-    MAX_KEY_LENGTH,
-    MAX_PARAM_VALUE_LENGTH,
-    TRUNCATION_SUFFIX,
-    flatten_config,
-)
-from slca.tracking.provenance import default_pip_requirements, git_commit  # noqa: E402
-from slca.tracking.queries import (  # noqa: E402
-    CURVE_METRICS,
-    RunRecord,
-    experiment_runs,
-    logged_checkpoints,
-    metric_history,
-    write_curves,
-)
-from slca.tracking.store import (  # noqa: E402
-    COMPLETE_MARKER,
-    CREATE_LOCK,
-    DEFAULT_DIRECTORY,
-    WRITER_LOCK,
-    ensure_store,
-    resolve_uri,
-    sqlite_uri,
-)
-from slca.tracking.writer import (  # noqa: E402
-    CONFIG_ARTIFACT,
-    NONFINITE_METRIC,
-    RUN_FILE,
-    STATUSES,
-    Tracker,
-)
+_HOMES = {
+    "log_evaluation": "evaluation",
+    "MAX_KEY_LENGTH": "params",
+    "MAX_PARAM_VALUE_LENGTH": "params",
+    "TRUNCATION_SUFFIX": "params",
+    "flatten_config": "params",
+    "default_pip_requirements": "provenance",
+    "git_commit": "provenance",
+    "CURVE_METRICS": "queries",
+    "RunRecord": "queries",
+    "experiment_runs": "queries",
+    "logged_checkpoints": "queries",
+    "metric_history": "queries",
+    "write_curves": "queries",
+    "RUN_FILE": "run_file",
+    "read_run_file": "run_file",
+    "COMPLETE_MARKER": "store",
+    "CREATE_LOCK": "store",
+    "DEFAULT_DIRECTORY": "store",
+    "WRITER_LOCK": "store",
+    "ensure_store": "store",
+    "resolve_uri": "store",
+    "sqlite_uri": "store",
+    "CONFIG_ARTIFACT": "writer",
+    "NONFINITE_METRIC": "writer",
+    "STATUSES": "writer",
+    "Tracker": "writer",
+}
+"""Each public name → the submodule it lives in, loaded at the name's first use."""
+
+if TYPE_CHECKING:
+    from slca.tracking.evaluation import log_evaluation
+    from slca.tracking.params import (
+        MAX_KEY_LENGTH,
+        MAX_PARAM_VALUE_LENGTH,
+        TRUNCATION_SUFFIX,
+        flatten_config,
+    )
+    from slca.tracking.provenance import default_pip_requirements, git_commit
+    from slca.tracking.queries import (
+        CURVE_METRICS,
+        RunRecord,
+        experiment_runs,
+        logged_checkpoints,
+        metric_history,
+        write_curves,
+    )
+    from slca.tracking.run_file import RUN_FILE, read_run_file
+    from slca.tracking.store import (
+        COMPLETE_MARKER,
+        CREATE_LOCK,
+        DEFAULT_DIRECTORY,
+        WRITER_LOCK,
+        ensure_store,
+        resolve_uri,
+        sqlite_uri,
+    )
+    from slca.tracking.writer import CONFIG_ARTIFACT, NONFINITE_METRIC, STATUSES, Tracker
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, from its submodule (imported now: MLflow only where one needs it)."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'slca.tracking' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"slca.tracking.{home}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "COMPLETE_MARKER",
@@ -127,6 +169,7 @@ __all__ = [
     "log_evaluation",
     "logged_checkpoints",
     "metric_history",
+    "read_run_file",
     "resolve_uri",
     "sqlite_uri",
     "write_curves",

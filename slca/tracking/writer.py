@@ -37,9 +37,6 @@ from slca.tracking.store import (
     upload_complete,
 )
 
-RUN_FILE = "mlflow_run.json"
-"""Written into an RL stage's ``out_dir``: the MLflow run (and experiment) that made the
-model, so an evaluation can log into the same run."""
 CONFIG_ARTIFACT = "config/resolved.yaml"
 NONFINITE_METRIC = "tracking/nonfinite_metrics"
 STATUSES = ("FINISHED", "FAILED", "KILLED")

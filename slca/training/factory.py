@@ -8,9 +8,8 @@ built once, from the configuration, and nothing built that it does not name.
 take their share of the device before the update engine does). Engines and files that
 must be closed are closed by the caller's :class:`contextlib.ExitStack`.
 
-The judge never shares the policy's engine: a policy that judged its own answers would
-be rewarded by a moving target that it can learn to please (see docs/decisions.md,
-"Trainer factory").
+The summary scorer and the judge's own engine come from
+:mod:`slca.rewards.judge_engine`, as evaluation's do.
 """
 
 from __future__ import annotations
@@ -23,12 +22,11 @@ from typing import Any
 
 from slca.config import SimulatorConfig, TrainConfig
 from slca.data.record import TaskRecord
-from slca.rewards.config import JudgeConfig, SummaryConfig
-from slca.rewards.preference import Generate, SummaryScorer, build_summary_scorer
+from slca.rewards.judge_engine import build_scorer, check_judge
 from slca.simulator import Simulator
 from slca.training.rl import Tracker, Trainer
 
-JUDGE_SETTING = "train.rewards.summary.judge.engine"
+SUMMARY_SETTING = "train.rewards.summary"
 SIMULATOR_SETTING = "train.simulator.llm.engine"
 
 
@@ -45,14 +43,7 @@ def check_engines(config: TrainConfig, *, init_dir: str | Path) -> None:
         model_dir=init_dir,
         max_model_len=rollout.max_total_tokens,
     )
-    summary = config.rewards.summary
-    if summary.name == "judge":
-        check_engine(
-            summary.judge.engine,
-            summary.judge.vllm,
-            setting=JUDGE_SETTING,
-            model_dir=summary.judge.model,
-        )
+    check_judge(config.rewards.summary, where=SUMMARY_SETTING)
     simulator = config.simulator
     if simulator.backend == "llm" and simulator.llm.engine == "vllm":
         check_engine("vllm", simulator.llm.vllm, setting=SIMULATOR_SETTING)
@@ -88,61 +79,6 @@ def build_simulator(
     if stack is not None:
         stack.enter_context(simulator)
     return simulator
-
-
-def judge_generate(
-    judge: JudgeConfig,
-    *,
-    device: Any = "cpu",
-    seed: int = 0,
-    stack: contextlib.ExitStack | None = None,
-) -> Generate:
-    """``generate(prompts) -> replies`` on the judge's own model: transformers (``hf``)
-    on ``judge.device`` (null: ``device``, the policy's) or a vLLM engine, each prompt a
-    user turn in the judge's chat template."""
-    from slca.modeling import load_causal_lm, load_tokenizer, resolve_model_source
-    from slca.rollout.engines import HFEngine, SamplingParams, text_generator
-
-    if not judge.model:
-        raise ValueError("train.rewards.summary.judge.model: required for the judge scorer")
-    source = resolve_model_source(judge.model)
-    params = SamplingParams(
-        max_new_tokens=judge.max_new_tokens, temperature=judge.temperature, seed=seed
-    )
-    if judge.engine == "vllm":
-        from slca.rollout.vllm_engine import VLLMEngine
-
-        tokenizer = load_tokenizer(source)
-        engine: Any = VLLMEngine(
-            source.directory,
-            stop_token_ids=[tokenizer.eos_token_id],
-            settings=judge.vllm,
-            seed=seed,
-            setting=JUDGE_SETTING,
-        )
-        if stack is not None:
-            stack.enter_context(engine)
-    else:
-        where = judge.device or device
-        model, tokenizer = load_causal_lm(source, device=where, dtype="float32")
-        model.requires_grad_(False)
-        engine = HFEngine(model, tokenizer, batch_size=judge.batch_size, shares_module=False)
-    return text_generator(engine, tokenizer, params)
-
-
-def build_scorer(
-    summary: SummaryConfig,
-    *,
-    device: Any = "cpu",
-    seed: int = 0,
-    stack: contextlib.ExitStack | None = None,
-) -> SummaryScorer:
-    """The summary scorer ``summary.name`` names, built once (a reward model loads once,
-    a judge gets its engine)."""
-    generate = None
-    if summary.name == "judge":
-        generate = judge_generate(summary.judge, device=device, seed=seed, stack=stack)
-    return build_summary_scorer(summary, generate=generate)
 
 
 def build_trainer(
@@ -192,7 +128,9 @@ def build_trainer(
                 setting="train.rollout.engine",
             )
         )
-    scorer = build_scorer(config.rewards.summary, device=device, seed=config.seed, stack=stack)
+    scorer = build_scorer(
+        config.rewards.summary, where=SUMMARY_SETTING, device=device, seed=config.seed, stack=stack
+    )
     simulator = build_simulator(config.simulator, device=device, stack=stack)
     update = build_engine(model, config.engine)
     # ZeRO-3 leaves each rank a shard of the module: generation then needs a copy

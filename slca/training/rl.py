@@ -4,8 +4,10 @@ The trainer orchestrates; the algorithms live elsewhere and are reached by name
 or by one call each: rollouts (:func:`slca.rollout.loop.run_rollouts`), rewards
 (:func:`slca.rewards.score.score_batch`), advantages (the registry,
 :func:`slca.advantages.compute_advantages` — the only dispatch path), loss
-(:func:`slca.losses.policy_loss`), optimisation (an update engine: plain torch or
-DeepSpeed) and tracking (an optional tracker; MLflow in :mod:`slca.tracking`).
+(:func:`slca.losses.policy_loss`, through the update phase in
+:mod:`slca.training.policy_update`), optimisation (an update engine: plain torch or
+DeepSpeed), checkpoints (:mod:`slca.training.checkpoints`) and tracking (an optional
+tracker; MLflow in :mod:`slca.tracking`).
 
 Data parallel (``torchrun``/``deepspeed`` launchers, as verl and TRL do it): every rank
 draws the same ``tasks_per_step`` tasks, samples the rollouts of its own contiguous
@@ -19,12 +21,11 @@ objective over the global minibatch.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -35,7 +36,6 @@ from slca.advantages import compute_advantages
 from slca.config import TrainConfig
 from slca.data.record import TaskRecord
 from slca.eval.in_domain import in_domain_metrics
-from slca.losses import policy_loss
 from slca.rewards.preference import SummaryScorer, build_summary_scorer
 from slca.rewards.score import RewardBreakdown, per_block_rewards, score_batch
 from slca.rollout.engines import Engine, SamplingParams
@@ -44,9 +44,15 @@ from slca.rollout.types import Rollout
 from slca.segments import head_masks, union_mask
 from slca.simulator import Simulator
 from slca.simulator.core import SimulatorStats
-from slca.training.batch import Batch, collate, first_position, token_logprobs
+from slca.training.batch import collate
+from slca.training.checkpoints import latest_checkpoint
 from slca.training.diagnostics import step_diagnostics
-from slca.training.engines import CLIENT_STATE, ENGINE_STATE, UpdateEngine, explain_oom
+from slca.training.engines import UpdateEngine, explain_oom
+from slca.training.policy_update import (
+    gradient_cosine,
+    minibatch_updates,
+    old_and_reference_logprobs,
+)
 
 
 class Tracker(Protocol):
@@ -298,7 +304,7 @@ class Trainer:
         parts = self._gather((sampled.rollouts, list(scores), sampled.simulator_stats))
         rollouts = [r for part in parts for r in part[0]]
         scores = [s for part in parts for s in part[1]]
-        simulator_stats = _sum_stats([part[2] for part in parts])
+        simulator_stats = SimulatorStats.total([part[2] for part in parts])
         own = len(sampled.rollouts)
         rows = torch.arange(self.update.rank * own, (self.update.rank + 1) * own)
         batch = collate(rollouts, self.tokenizer.pad_token_id)
@@ -307,7 +313,7 @@ class Trainer:
         )
         loss_mask = union_mask(masks)
         with self._timed("logprobs"):
-            old, ref = self._reference_logprobs(batch, rows)
+            old, ref = old_and_reference_logprobs(self.update, cfg, batch, rows, self.reference)
         extra = {}
         if algorithm.advantage.granularity == "per_call":
             extra = {
@@ -331,9 +337,23 @@ class Trainer:
             **extra,
         )
         with self._timed("update"), explain_oom(cfg.update.micro_batch_size):
-            actor = self._update(batch, rows, old, ref, advantages, loss_mask, step)
+            actor = minibatch_updates(
+                self.update,
+                cfg,
+                batch,
+                rows,
+                old,
+                ref,
+                advantages,
+                loss_mask,
+                step,
+                timed=self._timed,
+                gather=self._gather,
+                optimizer_stepped=self._optimizer_stepped,
+            )
+        actor["actor/skipped_steps"] = float(self.state.skipped_steps)
         if step % cfg.histogram_every == 0:
-            cosine = self._gradient_cosine(batch, rows, old, advantages, masks)
+            cosine = gradient_cosine(self.update, cfg, batch, rows, old, advantages, masks)
             actor["actor/grad_cos_tool_sum"] = cosine  # rank 0's: the step's first rows
             if self.tracker is not None:
                 self.tracker.log_histograms(
@@ -400,185 +420,11 @@ class Trainer:
         dist.all_gather_object(out, value)
         return out
 
-    @torch.no_grad()
-    def _reference_logprobs(
-        self, batch: Batch, rows: Tensor
-    ) -> tuple[Tensor | None, Tensor | None]:
-        """Old log-probs (None: on-policy, the live ones are the old ones) and the
-        reference model's log-probs (None without a KL term), of this rank's ``rows``."""
-        update = self.config.update
-        temperature = self.config.rollout.temperature
-        old = batch.old_logprobs
-        model = self.update.model
-        was_training = model.training
-        model.eval()
-        try:
-            if update.recompute_old_logprobs:
-                # One update per batch: every forward of the update runs before the
-                # optimizer step, so its own (detached) log-probs are the old ones and
-                # the extra pass (~15% of a CPU step) is skipped, as TRL does.
-                single_update = update.epochs == 1 and update.minibatches == 1
-                old = (
-                    None
-                    if single_update
-                    else self._chunked_logprobs(model, batch, rows, temperature)
-                )
-            ref = None
-            if self.reference is not None and self.config.algorithm.loss.kl_coef > 0:
-                ref = self._chunked_logprobs(self.reference, batch, rows, temperature)
-        finally:
-            model.train(was_training)
-        return old, ref
-
-    def _chunked_logprobs(self, model, batch: Batch, rows: Tensor, temperature: float) -> Tensor:
-        """``(B, T)`` log-probs of ``rows`` (zeros elsewhere), one micro-batch at a time."""
-        out = torch.zeros_like(batch.old_logprobs)
-        size = self.config.update.micro_batch_size
-        for start in range(0, len(rows), size):
-            chunk = rows[start : start + size]
-            sub = batch.select(chunk).to(self.update.device)
-            with self.update.autocast():
-                logp, _ = token_logprobs(
-                    model,
-                    sub.input_ids,
-                    sub.attention_mask,
-                    temperature=temperature,
-                    start=first_position(sub.policy_mask),
-                )
-            out[chunk, : logp.shape[1]] = logp.float().cpu()
-        return out
-
-    def _update(
-        self,
-        batch: Batch,
-        rows: Tensor,
-        old: Tensor | None,
-        ref: Tensor | None,
-        advantages: Tensor,
-        loss_mask: Tensor,
-        step: int,
-    ) -> dict[str, float]:
-        """The minibatch updates of this rank's ``rows``; metrics over every rank.
-
-        Every rank splits its rows into ``update.minibatches`` with the same seeded
-        permutation (verl's local shuffle), so the global minibatch is the union of the
-        ranks' parts and every rank runs the same micro-batch plan. A micro-batch's loss
-        is weighted by its share of the global minibatch's loss units (tokens for
-        ``token-mean``, sequences for ``seq-mean-token-mean``), times the world size
-        that the gradient average divides by: the gradient is the one-process one.
-        A minibatch with a non-finite loss anywhere is skipped whole (see below).
-        """
-        cfg, loss_cfg = self.config, self.config.algorithm.loss
-        model, device = self.update.model, self.update.device
-        world = self.update.world_size
-        model.train()
-        own = len(rows)
-        per_minibatch = own // cfg.update.minibatches
-        size = cfg.update.micro_batch_size
-        starts = torch.arange(world) * own  # each rank's first row (rank order = row order)
-        by_sequence = loss_cfg.aggregation != "token-mean"  # the seq-mean-* modes
-
-        def units(selected: Tensor) -> Tensor:
-            """Loss units of each row of ``selected``."""
-            counts = loss_mask[selected].sum(dim=1)
-            return (counts > 0).long() if by_sequence else counts
-
-        generator = torch.Generator().manual_seed(cfg.seed * 7_919 + step)
-        totals: dict[str, float] = {}
-        weight_sum = 0.0
-        grad_norms = []
-        gaps: list[tuple[float, float]] = []  # (log-prob gap, tokens) before any step
-        for epoch in range(cfg.update.epochs):
-            order = torch.randperm(own, generator=generator)
-            for m in range(cfg.update.minibatches):
-                positions = order[m * per_minibatch : (m + 1) * per_minibatch]
-                # (world, rows) the global minibatch: every rank's rows at these positions
-                everyone = starts[:, None] + positions[None, :]
-                denominator = float(units(everyone.flatten()).sum())
-                if denominator == 0:
-                    continue
-                plan = [  # micro-batches with a loss unit on some rank
-                    s
-                    for s in range(0, per_minibatch, size)
-                    if units(everyone[:, s : s + size].flatten()).any()
-                ]
-                mine = rows[positions]
-                self.update.zero_grad()
-                running: dict[str, float] = {}
-                weight = 0.0
-                for position, s in enumerate(plan):
-                    micro = mine[s : s + size]
-                    boundary = position == len(plan) - 1
-                    sub = batch.select(micro).to(device)
-                    width = sub.input_ids.shape[1]
-                    mask = loss_mask[micro, :width].to(device)
-                    share = float(units(micro).sum()) / denominator
-                    with self.update.micro_batch(boundary=boundary):
-                        logp, entropy = token_logprobs(
-                            model,
-                            sub.input_ids,
-                            sub.attention_mask,
-                            temperature=cfg.rollout.temperature,
-                            with_entropy=True,
-                            start=first_position(mask),
-                        )
-                        loss, metrics = policy_loss(
-                            logp,
-                            logp.detach() if old is None else old[micro, :width].to(device),
-                            advantages[micro, :width].to(device),
-                            mask,
-                            clip_low=loss_cfg.clip_low,
-                            clip_high=loss_cfg.clip_high,
-                            ref_logp=None if ref is None else ref[micro, :width].to(device),
-                            kl_coef=loss_cfg.kl_coef,
-                            aggregation=loss_cfg.aggregation,
-                            clip_ratio_c=loss_cfg.clip_ratio_c,
-                            norm_length=cfg.loss_norm_length,
-                        )
-                        if epoch == 0 and m == 0:  # before any optimizer step of this batch
-                            gaps.append((_logprob_gap(logp, sub, mask), float(mask.sum())))
-                        if not torch.isfinite(loss):
-                            # NaN on every gradient: the step (every rank's, the norm is
-                            # global) sees a non-finite norm and applies nothing, as the
-                            # engines' overflow checks do; the micro-batches keep their
-                            # lockstep, which DDP and DeepSpeed need.
-                            loss = logp.sum() * float("nan")
-                        # DeepSpeed reduces gradients at the last micro-batch of a minibatch.
-                        with self._timed("backward"):
-                            self.update.backward(loss * (share * world), boundary=boundary)
-                    if share:
-                        metrics["actor/entropy"] = entropy[mask].mean()
-                        for key, value in metrics.items():
-                            running[key] = running.get(key, 0.0) + share * float(value)
-                        weight += share
-                with self._timed("optimizer"):
-                    grad_norm = self.update.step()
-                if not math.isfinite(grad_norm):
-                    self._skip_step()  # the whole minibatch: none of its metrics count
-                    continue
-                self.state.bad_steps = 0
-                grad_norms.append(grad_norm)
-                for key, value in running.items():
-                    totals[key] = totals.get(key, 0.0) + value
-                weight_sum += weight
-        # shares are of the global minibatch: the ranks' sums are the global sums
-        gathered = self._gather((totals, weight_sum, gaps))
-        totals = {k: sum(part[0].get(k, 0.0) for part in gathered) for k in totals}
-        weight_sum = sum(part[1] for part in gathered)
-        gaps = [gap for part in gathered for gap in part[2]]  # over the global minibatch
-        out = {k: v / weight_sum for k, v in totals.items()} if weight_sum else {}
-        if grad_norms:
-            out["actor/grad_norm"] = sum(grad_norms) / len(grad_norms)
-        out["actor/lr"] = float(self.update.current_lr())
-        if gaps:
-            out["actor/rollout_logprob_diff"] = sum(g * w for g, w in gaps) / sum(
-                w for _, w in gaps
-            )
-        out["actor/skipped_steps"] = float(self.state.skipped_steps)
-        return out
-
-    def _skip_step(self) -> None:
-        self.update.zero_grad()
+    def _optimizer_stepped(self, applied: bool) -> None:
+        """Counts skipped optimizer steps; too many in a row stop the run."""
+        if applied:
+            self.state.bad_steps = 0
+            return
         self.state.bad_steps += 1
         self.state.skipped_steps += 1
         if self.state.bad_steps >= self.config.max_bad_steps:
@@ -587,52 +433,6 @@ class Trainer:
                 f"{self.state.step + 1}; stopping with the last checkpoint in "
                 f"{self.checkpoint_dir} intact"
             )
-
-    def _gradient_cosine(
-        self,
-        batch: Batch,
-        rows: Tensor,
-        old: Tensor | None,
-        advantages: Tensor,
-        masks: dict[str, Tensor],
-    ) -> float:
-        """Cosine between the policy gradients of tool tokens and of summary tokens
-        (the paper's orthogonality probe), on the first micro-batch of ``rows`` (rank
-        0's are the step's first rows; every rank runs it, for ZeRO-3's collectives)."""
-        if "tool" not in masks or "summary" not in masks:
-            return float("nan")
-        model, device = self.update.module, self.update.device  # no DDP/DeepSpeed hooks
-        rows = rows[: self.config.update.micro_batch_size]
-        sub = batch.select(rows).to(device)
-        width = sub.input_ids.shape[1]
-        params = [p for p in model.parameters() if p.requires_grad]
-        grads, empty = [], False
-        for head in ("tool", "summary"):
-            mask = masks[head][rows, :width].to(device)
-            # no early return: under ZeRO-3 every rank must run the same forwards
-            empty = empty or not bool(mask.any())
-            with self.update.autocast():
-                logp, _ = token_logprobs(
-                    model,
-                    sub.input_ids,
-                    sub.attention_mask,
-                    temperature=self.config.rollout.temperature,
-                    start=first_position(mask),
-                )
-            old_rows = logp.detach() if old is None else old[rows, :width].to(device)
-            loss, _ = policy_loss(logp, old_rows, advantages[rows, :width].to(device), mask)
-            grad = torch.autograd.grad(loss, params, allow_unused=True)
-            grads.append(
-                torch.cat(
-                    [
-                        (g if g is not None else torch.zeros_like(p)).flatten()
-                        for g, p in zip(grad, params)
-                    ]
-                )
-            )
-        if empty:
-            return float("nan")
-        return float(torch.nn.functional.cosine_similarity(grads[0], grads[1], dim=0))
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -653,27 +453,6 @@ class Trainer:
             return False
         self.state = TrainerState(**self.update.load(latest))
         return True
-
-
-def read_client_state(checkpoint: Path) -> dict[str, Any]:
-    """The trainer state a checkpoint carries (step, data cursor, run id)."""
-    return json.loads((checkpoint / CLIENT_STATE).read_text())
-
-
-def complete_checkpoints(directory: str | Path) -> list[Path]:
-    """Every complete ``step_*`` checkpoint, oldest first (the engine writes its state
-    file last, in a directory it renames into place)."""
-    return sorted(
-        p
-        for p in Path(directory).glob("step_*")
-        if (p / ENGINE_STATE).exists() and (p / CLIENT_STATE).exists()
-    )
-
-
-def latest_checkpoint(directory: str | Path) -> Path | None:
-    """The newest complete ``step_*`` checkpoint."""
-    done = complete_checkpoints(directory)
-    return done[-1] if done else None
 
 
 def _block_reward_matrix(rollouts, scores) -> Tensor:
@@ -699,20 +478,6 @@ def _check_data_parallel(config: TrainConfig, world: int) -> None:
             f"train.update.minibatches={minibatches} must divide each process's {own} "
             f"rollouts (tasks_per_step / {world} processes × group_size)"
         )
-
-
-def _sum_stats(parts: Sequence[SimulatorStats]) -> SimulatorStats:
-    return SimulatorStats(
-        **{f.name: sum(getattr(p, f.name) for p in parts) for f in fields(SimulatorStats)}
-    )
-
-
-def _logprob_gap(logp: Tensor, sub: Batch, mask: Tensor) -> float:
-    """Mean |trainer log-prob − sampling engine's log-prob| over ``mask``: ~0 when the
-    trainer scores tokens as the engine sampled them (same weights, temperature and
-    masking); a gap makes the PPO ratio of a reused batch wrong."""
-    engine = sub.old_logprobs.to(logp.device)
-    return float((logp.detach() - engine)[mask].abs().mean())
 
 
 def _mean(values) -> float:

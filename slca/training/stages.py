@@ -1,4 +1,6 @@
-"""The training steps of the pipeline as library functions: base model, SFT, RL.
+"""The training steps of the pipeline as library functions: base model, SFT, the
+summary reward model; and the command line of every training step, RL included (whose
+stage is :mod:`slca.training.session`).
 
 A DVC stage (``python -m slca.training.stages <step> --params params.yaml``) and a
 Prefect task call the same function. Outputs are written beside their target and
@@ -8,13 +10,8 @@ renamed, so a failed step leaves the previous output intact.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import dataclasses
-import json
 import os
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,9 +26,9 @@ from slca.config import (
     overrides_of,
 )
 from slca.data import io
-from slca.data.splits import draw_split, fitting_tasks
 from slca.jsonutil import canonical_json
 from slca.training.config import EngineConfig
+from slca.training.session import data_hashes, run_train
 
 MODEL_KINDS = ("tiny", "smollm2", "path")
 
@@ -301,287 +298,6 @@ def run_sft(params: SFTParams, progress: Any = None) -> dict[str, float]:
         "sft/too_long": float(too_long),
         "sft/poor_summaries": float(poor),
     }
-
-
-def run_train(
-    config: TrainConfig,
-    *,
-    resume: bool = False,
-    overwrite: bool = False,
-    progress: Any = None,
-    data_hashes: dict[str, str] | None = None,
-    track: bool = True,
-) -> str | None:
-    """The RL stage: policy and frozen reference from ``init_dir``, MLflow tracking,
-    checkpoints; ``resume`` continues the run whose checkpoints are in the checkpoint
-    directory (refusing another run's); ``overwrite`` lets the run replace another run's
-    checkpoints and output. Writes the final policy to ``out_dir`` and returns the MLflow
-    run id (None on ranks other than 0, and without tracking)."""
-    with training_session(
-        config,
-        resume=resume,
-        overwrite=overwrite,
-        progress=progress,
-        data_hashes=data_hashes,
-        track=track,
-    ) as trainer:
-        trainer.run()
-    return trainer.state.run_id
-
-
-def checkpoint_path(config: TrainConfig) -> Path:
-    """``train.checkpoint_dir`` with ``{fingerprint}`` filled in."""
-    from slca.training.identity import config_fingerprint
-
-    text = config.checkpoint_dir
-    if "{fingerprint}" in text:
-        text = text.replace("{fingerprint}", config_fingerprint(config))
-    return Path(text)
-
-
-def _usable_directory(key: str, path: Path) -> None:
-    """Create ``path`` (a directory a run writes into), or say which setting is wrong."""
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(
-            f"train.{key}: {path}: cannot create the directory ({exc.strerror or exc})"
-        ) from None
-
-
-def checked_train_tasks(tasks: list[Any], in_dir: str | Path) -> list[Any]:
-    """The tasks, refused when two share an id (rewards look tasks up by id: a rollout of
-    one would be scored against another) or a tool schema is not a valid JSON Schema;
-    validation gates this too, but a run must not depend on it having run."""
-    from collections import Counter
-
-    from slca.data.checks import schema_problems
-
-    if not tasks:
-        raise FileNotFoundError(
-            f"train: {in_dir}: no train task (train.parquet missing or empty); "
-            "run the prepare and validate stages"
-        )
-    repeated = sorted(i for i, n in Counter(t.id for t in tasks).items() if n > 1)
-    if repeated:
-        raise ValueError(
-            f"train: {in_dir}: {len(repeated)} task id(s) appear more than once, e.g. "
-            f"{repeated[:3]}; run the validate stage"
-        )
-    for task in tasks:
-        problems = schema_problems([t.model_dump() for t in task.tools])
-        if problems:
-            field, message = problems[0]
-            raise ValueError(f"train: {in_dir}: task {task.id!r}: {field}: {message}")
-    return tasks
-
-
-@contextmanager
-def training_session(
-    config: TrainConfig,
-    *,
-    resume: bool = False,
-    overwrite: bool = False,
-    progress: Any = None,
-    data_hashes: dict[str, str] | None = None,
-    track: bool = True,
-) -> Iterator[Any]:
-    """A ready :class:`~slca.training.rl.Trainer` (restored from the newest checkpoint
-    when it resumes) inside its MLflow run. Run its steps, whole or phase by phase; on a
-    normal exit the final policy goes to ``out_dir`` (written then renamed), the model
-    and the learning curves to MLflow. An exception leaves checkpoints for a resume.
-
-    In order, so that nothing is lost to a typo, a crash or a second run: the output
-    directories must be creatable; the checkpoint directory and ``out_dir`` are locked
-    (a second run is refused at once, naming the holder); the inputs load (tokenizer,
-    tasks); the start is planned against the checkpoint directory's run identity
-    (:func:`slca.training.identity.plan_start`: continue its run, start fresh, or refuse
-    naming both runs) and against ``out_dir``; the model loads; only then are replaced
-    checkpoints removed. A resumed run continues its own MLflow run (its fingerprint
-    tags must match) and uploads again the checkpoints whose upload was cut short.
-
-    Under a data-parallel launcher every rank calls it; only rank 0 locks, plans, tracks,
-    reports progress and writes ``out_dir`` (checkpoints are the engine's collective
-    save). ``track=False`` logs nothing (no MLflow import: a machine without it)."""
-    from slca.locks import ExclusiveLock
-    from slca.modeling import load_causal_lm, load_tokenizer, resolve_model_source
-    from slca.tracking import RUN_FILE
-    from slca.training import identity as ids
-    from slca.training.factory import build_trainer, check_engines
-    from slca.training.rl import complete_checkpoints, latest_checkpoint
-
-    # an absolute path: a relative one ("models/sft") reads as a Hub repo id to
-    # mlflow.transformers, which then spends a minute retrying the network for its card
-    init_dir = Path(config.init_dir).resolve()
-    # an engine that cannot start fails before anything is made
-    check_engines(config, init_dir=init_dir)
-    checkpoint_dir = checkpoint_path(config)
-    out_dir = Path(config.out_dir)
-    # the launcher's rank: known before the engine exists, and the engine agrees with it
-    main = os.environ.get("RANK", "0") == "0"
-    track = track and main
-    _usable_directory("checkpoint_dir", checkpoint_dir)
-    _usable_directory("out_dir", out_dir.parent)
-    if track and "MLFLOW_TRACKING_URI" not in os.environ:
-        _usable_directory("tracking_dir", Path(config.tracking_dir))
-    with contextlib.ExitStack() as stack:
-        if main:
-            stack.enter_context(
-                ExclusiveLock(
-                    checkpoint_dir / ids.LOCK_FILE, what=f"train.checkpoint_dir {checkpoint_dir}"
-                )
-            )
-            # out_dir itself is renamed over: its lock lives beside it
-            out_lock = out_dir.parent / f".{out_dir.name}.lock"
-            stack.enter_context(ExclusiveLock(out_lock, what=f"train.out_dir {out_dir}"))
-        tracker = stack.enter_context(_tracker(config, track))
-        source = resolve_model_source(init_dir)
-        tokenizer = load_tokenizer(source)
-        if tokenizer.pad_token_id is None and tokenizer.eos_token_id is not None:
-            tokenizer.pad_token = tokenizer.eos_token
-        tasks = checked_train_tasks(io.load_train_set(config.in_dir), config.in_dir)
-        if config.sources is not None:
-            tasks = [t for t in tasks if t.source in config.sources]
-            if not tasks:
-                raise ValueError(f"train: no train task from train.sources={config.sources}")
-        tasks = fitting_tasks(
-            tasks,
-            tokenizer,
-            config.rollout.max_total_tokens - config.rollout.max_new_tokens,
-        )
-        validation = validation_tasks(config, tokenizer)
-        ours = ids.identity_of(config, ids.rows_hash(tasks))
-        if main:
-            action, previous = ids.plan_start(
-                checkpoint_dir, ours, resume=resume, overwrite=overwrite
-            )
-            run_id = previous.run_id if action == "resume" else None
-            ids.check_output(
-                out_dir,
-                dataclasses.replace(ours, run_id=run_id),
-                overwrite=overwrite,
-                run_file=RUN_FILE,
-            )
-        else:  # rank 0 planned the same start; the others follow its checkpoints
-            action = "resume" if resume and latest_checkpoint(checkpoint_dir) else "fresh"
-            run_id = None
-        # the policy, engines, simulator and scorer, once, from the configuration; what
-        # must be closed (vLLM engines, the simulator's cache) closes with the session
-        trainer = build_trainer(
-            config,
-            tokenizer=tokenizer,
-            tasks=tasks,
-            checkpoint_dir=checkpoint_dir,
-            stack=stack,
-            validation_tasks=validation,
-            tracker=tracker,
-            progress=progress if main else None,
-        )
-        update = trainer.update
-        if main and action == "replace":  # the inputs loaded: now the old checkpoints may go
-            ids.remove_checkpoints(checkpoint_dir)
-        if tracker is not None:
-            hashes = {**(data_hashes or {}), "tasks.train": ours.data_hash}
-            if validation:
-                hashes["tasks.validation"] = ids.rows_hash(validation)
-            tags = {
-                "slca.fingerprint": ours.fingerprint,
-                "slca.data_hash": ours.data_hash,
-                "slca.estimator": ours.estimator,
-            }
-            tracker.start(
-                run_name=config.run_name or config.algorithm.advantage.estimator,
-                resume_run_id=run_id,
-                tags=tags,
-            )
-            ours = dataclasses.replace(
-                ours,
-                run_id=tracker.run_id,
-                experiment=config.experiment,
-                tracking_uri=tracker.tracking_uri,
-            )
-            tracker.log_params(config.model_dump(mode="json"), data_hashes=hashes)
-        if main:
-            ids.write_identity(checkpoint_dir, ours)
-        if action == "resume":
-            trainer.restore()
-        if tracker is not None:
-            trainer.state.run_id = tracker.run_id
-            if action == "resume":
-                for path in complete_checkpoints(checkpoint_dir):  # uploads cut short
-                    tracker.log_checkpoint(path, int(path.name.split("_")[1]))
-        yield trainer
-        if not trainer.done:
-            raise RuntimeError(
-                f"train: the session ended at step {trainer.state.step} of {config.steps}"
-            )
-        weights = update.state_dict_for_rollout()  # every rank: ZeRO-3 gathers
-        if not main:
-            return
-        ids.check_output(out_dir, ours, overwrite=overwrite, run_file=RUN_FILE)
-        with io.atomic_dir(out_dir) as tmp:
-            update.module.save_pretrained(tmp, state_dict=weights)
-            tokenizer.save_pretrained(tmp)
-            run = {
-                "run_id": ours.run_id,
-                "experiment": config.experiment,
-                "estimator": ours.estimator,
-                "fingerprint": ours.fingerprint,
-                "data_hash": ours.data_hash,
-                "steps": config.steps,
-            }
-            (Path(tmp) / RUN_FILE).write_text(json.dumps(run, indent=2) + "\n")
-        if tracker is not None:
-            from slca.tracking import write_curves
-
-            sharded = config.engine.engine == "deepspeed" and config.engine.zero_stage == 3
-            logged = load_causal_lm(out_dir)[0] if sharded else update.module
-            tracker.log_model(logged, tokenizer)
-            if config.curve_path is not None:
-                write_curves(tracker.run_id, config.curve_path, tracking_uri=tracker.tracking_uri)
-        ids.write_identity(checkpoint_dir, ids.completed(ours))
-
-
-@contextmanager
-def _tracker(config: TrainConfig, enabled: bool) -> Iterator[Any]:
-    """The run's MLflow tracker, or None (not rank 0, or tracking off)."""
-    if not enabled:
-        yield None
-        return
-    from slca.tracking import Tracker
-
-    # the store's writer lock now: a second writer is refused before any expensive work
-    with Tracker(config.tracking_dir, experiment=config.experiment).lock() as tracker:
-        yield tracker
-
-
-def validation_tasks(config: TrainConfig, tokenizer: Any) -> list[Any]:
-    """The held-out tasks ``train.validation`` names (none when it is off): a seeded
-    subset of the split, of the training sources, that fits the rollout budget."""
-    settings = config.validation
-    if not settings.every:
-        return []
-    drawn = draw_split(
-        config.in_dir,
-        settings.split,
-        config.sources,
-        settings.max_tasks,
-        config.seed,
-        where="train.validation",
-        sources_label="train.sources=",
-    )
-    budget = config.rollout.max_total_tokens - config.rollout.max_new_tokens
-    return fitting_tasks(drawn, tokenizer, budget)
-
-
-def data_hashes(in_dir: str | Path) -> dict[str, str]:
-    """The manifest's content hashes per split (``manifest.<split>``), for the run's
-    params; the run adds ``tasks.train``, the hash of the rows it trains on."""
-    manifest = Path(in_dir) / "manifest.json"
-    if not manifest.exists():
-        return {}
-    hashes = json.loads(manifest.read_text())["content_sha256"]
-    return {f"manifest.{k}": v for k, v in hashes.items()}
 
 
 def progress_bar(desc: str, total: int | None = None) -> Any:

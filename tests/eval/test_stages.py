@@ -14,13 +14,8 @@ from slca.eval.stages import EvaluateParams, draw, evaluate, main, transcript
 from slca.grammar import parse_turn
 from slca.rollout.types import ExecutedCall, Rollout, Turn
 from slca.tracking import RUN_FILE, experiment_runs
-from slca.training.stages import (
-    BaseModelParams,
-    SFTParams,
-    build_base_model,
-    run_sft,
-    run_train,
-)
+from slca.training.session import run_train
+from slca.training.stages import BaseModelParams, SFTParams, build_base_model, run_sft
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +68,31 @@ def test_evaluate_writes_reports_and_logs_into_the_training_run(trained):
     assert all({"text", "calls", "call_errors"} <= set(t) for t in first["turns"])
     (trained_run,) = [r for r in experiment_runs(root / "mlflow") if r.run_id == run_id]
     assert trained_run.metrics["eval/in_domain/process"] == metrics["in_domain/process"]
+
+
+def test_evaluate_scores_summaries_with_a_judge_on_its_own_engine(trained, tmp_path):
+    """evaluate.rewards.summary.name=judge: evaluation builds the judge's local engine as
+    training does (slca.rewards.judge_engine), once, and reports its counters."""
+    root, params, _ = trained
+    judge = {"model": str(root / "models/base"), "max_new_tokens": 4}
+    settings = {
+        **params["evaluate"],
+        "model_dir": str(root / "models/rl"),
+        "report_path": str(tmp_path / "judged.json"),
+        "tracking_dir": None,
+        "rewards": {"mode": "process", "summary": {"name": "judge", "judge": judge}},
+    }
+    metrics = evaluate(EvaluateParams.model_validate(settings))
+    lines = [json.loads(x) for x in (tmp_path / "judged.tasks.jsonl").read_text().splitlines()]
+    answered = [line for line in lines if line["answer"].strip()]
+    assert metrics["in_domain/judge/engine_errors"] == 0
+    # at most one rating per answer (the omission guard spares some from being asked)
+    assert metrics["in_domain/judge/calls"] <= len(answered)
+    # the tiny judge cannot rate: each rating falls back to the failure score
+    assert metrics["in_domain/judge/failures"] == metrics["in_domain/judge/calls"]
+    settings["rewards"]["summary"]["judge"] = {"model": str(tmp_path / "absent")}
+    with pytest.raises((OSError, ValueError), match="absent"):
+        evaluate(EvaluateParams.model_validate(settings))
 
 
 def test_the_sft_model_gets_its_own_run_and_the_report_compares(trained, tmp_path):

@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from slca.locks import LockHeld
+from slca.training.checkpoints import complete_checkpoints, read_client_state
 from slca.training.identity import read_identity
-from slca.training.rl import complete_checkpoints, read_client_state
-from slca.training.stages import run_train
+from slca.training.session import run_train
 
 mlflow = pytest.importorskip("mlflow")
 pytestmark = pytest.mark.slow

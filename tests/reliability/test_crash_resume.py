@@ -29,7 +29,7 @@ import pytest
 import yaml
 
 from slca.tracking import COMPLETE_MARKER, logged_checkpoints
-from slca.training.rl import complete_checkpoints, latest_checkpoint
+from slca.training.checkpoints import complete_checkpoints, latest_checkpoint
 
 mlflow = pytest.importorskip("mlflow")
 pytestmark = pytest.mark.slow

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from slca.tracking import RUN_FILE
+from slca.training.checkpoints import latest_checkpoint
 from slca.training.identity import IDENTITY_FILE, RunConflict, read_identity
-from slca.training.rl import latest_checkpoint
-from slca.training.stages import run_train
+from slca.training.session import run_train
 
 mlflow = pytest.importorskip("mlflow")
 

@@ -113,7 +113,7 @@ def test_a_prompt_without_a_user_turn_fails_validation(frame):
 def test_duplicated_ids_fail_validation_and_training(frame, config, tmp_path):
     import pandas as pd
 
-    from slca.training.stages import run_train
+    from slca.training.session import run_train
 
     doubled = pd.concat([frame, frame[frame["split"] == "train"]], ignore_index=True)
     ok, failures = _failures(doubled)
@@ -125,7 +125,7 @@ def test_duplicated_ids_fail_validation_and_training(frame, config, tmp_path):
 
 
 def test_an_invalid_tool_schema_fails_validation_and_training(frame, config, tmp_path):
-    from slca.training.stages import run_train
+    from slca.training.session import run_train
 
     df = frame.copy()
     row = df.index[df["split"] == "train"][0]
@@ -142,7 +142,7 @@ def test_mlflow_records_the_hash_of_the_rows_trained_on(workspace, config, tmp_p
     from slca.modeling import load_tokenizer
     from slca.rollout.chat import ChatRenderer
     from slca.training.identity import rows_hash
-    from slca.training.stages import data_hashes, training_session
+    from slca.training.session import data_hashes, training_session
 
     all_train = io.load_train_set(workspace / "data/tasks")
     tokenizer = load_tokenizer(workspace / "models/sft")

@@ -93,3 +93,23 @@ def test_cli_writes_the_report_and_fails_on_a_missing_split(tmp_path, capsys):
 def test_params_reject_unknown_keys():
     with pytest.raises(ValueError):
         SimulatorCheckParams.model_validate({"backnd": "schema"})
+
+
+def test_a_check_of_another_backend_than_training_uses_is_refused_at_load(tmp_path, capsys):
+    from slca.simulator.check import load_params
+
+    params = tmp_path / "params.yaml"
+    params.write_text("simulator_check:\n  backend: llm\n  in_dir: /nonexistent\n")
+    with pytest.raises(ValueError, match=r"simulator_check.backend: 'llm'.*'schema'"):
+        load_params(params)
+    # the stage stops there, before it reads any data
+    assert main(["--params", str(params)]) == 1
+    assert "train.simulator.backend 'schema'" in capsys.readouterr().err
+    params.write_text("simulator_check:\n  backend: llm\ntrain:\n  simulator:\n    backend: llm\n")
+    assert load_params(params).backend == "llm"
+    params.write_text("train:\n  simulator:\n    backend: llm\n")  # the check's default
+    with pytest.raises(ValueError, match=r"simulator_check.backend: 'schema'.*'llm'"):
+        load_params(params)
+    params.write_text("train:\n  simulator:\n    backend: remote\n")
+    with pytest.raises(ValueError, match="train.simulator.backend"):
+        load_params(params)

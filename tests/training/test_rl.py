@@ -1,111 +1,23 @@
-import json
 import math
 
 import pytest
 import torch
 from helpers import DESIGN_METRICS, ScriptedEngine
+from trainer_world import build_world, call, engine, make
 
 from slca.config import TrainConfig
 from slca.rollout.engines import HFEngine
 from slca.simulator import Simulator
+from slca.training.checkpoints import latest_checkpoint
 from slca.training.config import EngineConfig
 from slca.training.engines import TorchEngine, load_hf_weights
-from slca.training.rl import Trainer, TrainingDiverged, latest_checkpoint
-from slca.training.tiny import tiny_model, train_tokenizer
-
-
-def engine(model, lr=1e-3):
-    return TorchEngine(model, EngineConfig(optim={"lr": lr, "weight_decay": 0.01}))
-
-
-class Recorder:
-    def __init__(self):
-        self.metrics, self.histograms, self.checkpoints = [], [], []
-
-    def log_metrics(self, metrics, step):
-        self.metrics.append((step, metrics))
-
-    def log_histograms(self, step, values):
-        self.histograms.append((step, values))
-
-    def log_checkpoint(self, path, step):
-        self.checkpoints.append((step, path))
+from slca.training.rl import Trainer, TrainingDiverged
+from slca.training.tiny import tiny_model
 
 
 @pytest.fixture(scope="module")
 def world():
-    from slca.data.params import SynthParams
-    from slca.data.synth import generate
-
-    tasks = [
-        t
-        for t in generate(SynthParams(n_tasks=40, domains=["weather"]), seed=2)
-        if len(t.gold) == 1 and len(t.gold[0]) == 1
-    ]
-    tokenizer = train_tokenizer([m.content for t in tasks for m in t.messages] * 3, vocab_size=500)
-    return tasks[:6], tokenizer
-
-
-def call(city):
-    args = json.dumps({"name": "get_weather", "arguments": {"city": city}})
-    return f"<tool_call>\n{args}\n</tool_call>"
-
-
-def script_for(task):
-    city = task.gold[0][0].arguments["city"]
-    temperature = task.facts[f"{city}.temperature"]
-    # Four different policies in each group: right call, wrong city, no call, bad JSON.
-    return [
-        [call(city), call("Atlantis"), f"It is {temperature} degrees.", "<tool_call>{x"],
-        [f"It is {temperature} degrees in {city}.", "No idea, sorry."],
-    ]
-
-
-def make(
-    world,
-    tmp_path,
-    *,
-    estimator="slca",
-    seed=0,
-    steps=2,
-    model_seed=0,
-    kl_coef=0.0,
-    granularity="trajectory",
-    script=None,
-    summary_scorer=None,
-    **overrides,
-):
-    tasks, tokenizer = world
-    config = TrainConfig.model_validate(
-        {
-            "seed": seed,
-            "steps": steps,
-            "checkpoint_every": 1,
-            "histogram_every": 1,
-            "rollout": {"tasks_per_step": 1, "group_size": 4, "max_new_tokens": 64, "max_turns": 2},
-            "update": {"micro_batch_size": 2, "minibatches": 2},
-            "algorithm": {
-                "advantage": {"estimator": estimator, "granularity": granularity},
-                "loss": {"kl_coef": kl_coef},
-            },
-            **overrides,
-        }
-    )
-    model = tiny_model(tokenizer, seed=model_seed)
-    recorder = Recorder()
-    trainer = Trainer(
-        config,
-        tasks=tasks[:1],
-        tokenizer=tokenizer,
-        update=engine(model),
-        reference=tiny_model(tokenizer, seed=model_seed).eval() if kl_coef else None,
-        rollout_engine=ScriptedEngine(tokenizer, script or script_for(tasks[0])),
-        simulator=Simulator(),
-        checkpoint_dir=tmp_path / "ckpt",
-        tracker=recorder,
-        summary_scorer=summary_scorer,
-    )
-    return trainer, model, recorder
+    return build_world()
 
 
 def test_rl_steps_change_the_policy_and_report_every_design_metric(world, tmp_path):
@@ -214,16 +126,6 @@ def test_kl_without_a_reference_model_is_a_config_error(world, tmp_path):
             simulator=Simulator(),
             checkpoint_dir=tmp_path,
         )
-
-
-def test_a_single_update_per_batch_is_exactly_on_policy(world, tmp_path):
-    # One epoch, one minibatch: the live log-probs are the old ones (no extra pass),
-    # so every ratio is exactly 1 and nothing is clipped.
-    trainer, _, recorder = make(world, tmp_path, steps=1, update={"micro_batch_size": 2})
-    trainer.run()
-    metrics = recorder.metrics[0][1]
-    assert metrics["actor/ratio_mean"] == 1.0 and metrics["actor/clipfrac"] == 0.0
-    assert metrics["actor/grad_norm"] > 0
 
 
 def test_per_call_granularity_reaches_the_estimator(world, tmp_path):
@@ -377,65 +279,6 @@ def test_an_engine_sharing_the_module_is_never_synced_a_copy_is(world, tmp_path,
         )
 
 
-def test_a_non_finite_micro_batch_skips_its_whole_minibatch(world, tmp_path, monkeypatch):
-    """The second micro-batch's loss is NaN: the first one's gradient and metrics must
-    not count either; nothing is applied and the skip is counted once."""
-    import slca.training.rl as rl
-
-    trainer, model, recorder = make(
-        world,
-        tmp_path,
-        steps=1,
-        histogram_every=5,  # no gradient probe: it calls the loss too
-        update={"micro_batch_size": 2, "minibatches": 1},
-    )
-    before = {k: v.clone() for k, v in model.state_dict().items()}
-    calls = []
-    real = rl.policy_loss
-
-    def nan_on_second(*args, **kwargs):
-        loss, metrics = real(*args, **kwargs)
-        calls.append(1)
-        return (loss * float("nan") if len(calls) == 2 else loss), metrics
-
-    monkeypatch.setattr(rl, "policy_loss", nan_on_second)
-    trainer.run()
-    assert len(calls) == 2  # both micro-batches ran (ranks stay in lockstep)
-    metrics = recorder.metrics[0][1]
-    assert metrics["actor/skipped_steps"] == 1.0 and trainer.state.skipped_steps == 1
-    assert not any(k in metrics for k in ("actor/pg_loss", "actor/entropy", "actor/grad_norm"))
-    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
-    assert trainer.update.steps == 0 and trainer.update.optimizer.state_dict()["state"] == {}
-    assert all(p.grad is None for p in model.parameters())
-
-
-@pytest.mark.parametrize("aggregation", ["token-mean", "seq-mean-token-mean"])
-def test_micro_batching_does_not_change_the_update(world, tmp_path, aggregation):
-    """One micro-batch of 4 rollouts or four of 1: the same objective, so the same step
-    (each micro-batch weighs by its share of the minibatch's tokens, or sequences)."""
-    weights = []
-    for size in (4, 1):
-        trainer, model, recorder = make(
-            world,
-            tmp_path / str(size),
-            steps=1,
-            update={"micro_batch_size": size, "minibatches": 1},
-            algorithm={"loss": {"aggregation": aggregation, "kl_coef": 0.0}},
-        )
-        trainer.run()
-        weights.append((model.state_dict(), recorder.metrics[0][1]))
-    (a, metrics_a), (b, metrics_b) = weights
-    assert metrics_a["actor/grad_norm"] == pytest.approx(metrics_b["actor/grad_norm"], rel=1e-4)
-    assert metrics_a["actor/pg_loss"] == pytest.approx(metrics_b["actor/pg_loss"], abs=1e-6)
-    # AdamW's first step is ~lr·sign(g): where |g| is near its ε, summation-order noise
-    # moves a weight by a fraction of lr (1e-3 here); 1e-5 is 1% of one step
-    for key in a:
-        torch.testing.assert_close(a[key], b[key], rtol=0, atol=1e-5)
-
-
-# ---------------------------------------------------------------- issue 18: the factory
-
-
 def test_the_summary_scorer_is_built_once_for_every_step_and_validation(
     world, tmp_path, monkeypatch
 ):
@@ -495,7 +338,7 @@ def test_a_judge_without_its_engine_is_refused_when_the_trainer_is_built(world, 
 
 def test_a_judge_on_a_local_tiny_model_scores_from_step_1(world, tmp_path):
     from slca.config import TrainConfig
-    from slca.training.factory import build_scorer
+    from slca.rewards.judge_engine import build_scorer
 
     tasks, tokenizer = world
     judge_dir = tmp_path / "judge"
@@ -503,7 +346,7 @@ def test_a_judge_on_a_local_tiny_model_scores_from_step_1(world, tmp_path):
     tokenizer.save_pretrained(judge_dir)
     summary = {"name": "judge", "judge": {"model": str(judge_dir), "max_new_tokens": 6}}
     config = TrainConfig.model_validate({"rewards": {"summary": summary}})
-    scorer = build_scorer(config.rewards.summary)
+    scorer = build_scorer(config.rewards.summary, where="train.rewards.summary")
     trainer, _, _ = make(
         world, tmp_path / "run", steps=1, rewards={"summary": summary}, summary_scorer=scorer
     )

@@ -58,13 +58,8 @@ def test_smollm2_sft_rl_with_vllm_rollouts_then_evaluation(tmp_path):
     from slca.data.prepare import prepare
     from slca.eval.stages import EvaluateParams, evaluate
     from slca.modeling import load_causal_lm, load_tokenizer
-    from slca.training.stages import (
-        BaseModelParams,
-        SFTParams,
-        build_base_model,
-        run_sft,
-        run_train,
-    )
+    from slca.training.session import run_train
+    from slca.training.stages import BaseModelParams, SFTParams, build_base_model, run_sft
 
     params = smollm2_params(tmp_path)
     prepare(PrepareParams(**params["prepare"]))

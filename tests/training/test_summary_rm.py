@@ -11,6 +11,7 @@ from slca.data.params import PrepareParams
 from slca.data.prepare import prepare
 from slca.rewards.config import RewardModelConfig
 from slca.rewards.preference import RewardModelScorer, SummaryInput
+from slca.training.session import run_train
 from slca.training.sft import NO_CALL_REPLY, poor_summary, reference_summary
 from slca.training.stages import (
     BaseModelParams,
@@ -19,7 +20,6 @@ from slca.training.stages import (
     build_base_model,
     build_summary_rm,
     run_sft,
-    run_train,
 )
 from slca.training.summary_rm import preference_pairs
 

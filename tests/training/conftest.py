@@ -1,0 +1,20 @@
+"""The tiny pipeline's data, base model and SFT checkpoint, built once for the training
+stage tests (test_stages.py, test_session.py)."""
+
+import pytest
+from helpers import tiny_params
+
+from slca.data.params import PrepareParams
+from slca.data.prepare import prepare
+from slca.training.stages import BaseModelParams, SFTParams, build_base_model, run_sft
+
+
+@pytest.fixture(scope="package")
+def workspace(tmp_path_factory):
+    """``(root, sft figures)``: task data, ``models/base`` and ``models/sft`` under root."""
+    root = tmp_path_factory.mktemp("pipeline")
+    params = tiny_params(root)
+    prepare(PrepareParams(**params["prepare"]))
+    build_base_model(BaseModelParams(**params["base_model"]))
+    figures = run_sft(SFTParams(**params["sft"]))
+    return root, figures

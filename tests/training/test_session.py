@@ -1,0 +1,219 @@
+"""The RL stage end to end on the tiny model (slca.training.session): MLflow, a kill -9
+and its resume, torchrun with ZeRO-3, validation, the configured simulator and judge,
+and a run without tracking."""
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import yaml
+from helpers import DESIGN_METRICS, tiny_params
+
+from slca.config import TrainConfig
+from slca.modeling import load_causal_lm
+from slca.training.checkpoints import latest_checkpoint
+from slca.training.session import run_train
+
+mlflow = pytest.importorskip("mlflow")
+
+
+def train_config(root, **over):
+    settings = {**tiny_params(root)["train"], "histogram_every": 1, **over}
+    return TrainConfig.model_validate(settings)
+
+
+def history(root, run_id, key):
+    client = mlflow.tracking.MlflowClient(f"sqlite:///{root / 'mlflow/mlflow.db'}")
+    return [m.step for m in client.get_metric_history(run_id, key)]
+
+
+def test_rl_logs_every_metric_histograms_and_checkpoints_to_mlflow(workspace):
+    root, _ = workspace
+    config = train_config(root, tracking_dir=str(root / "mlflow"), experiment="once")
+    run_id = run_train(config)
+    for key in DESIGN_METRICS:
+        assert history(root, run_id, key) == [1, 2], key
+    client = mlflow.tracking.MlflowClient(f"sqlite:///{root / 'mlflow/mlflow.db'}")
+    artifacts = {a.path for a in client.list_artifacts(run_id, "histograms/step_1")}
+    assert {"histograms/step_1/tool.png", "histograms/step_1/values.npz"} <= artifacts
+    assert client.list_artifacts(run_id, "checkpoints/step_2")
+    params = client.get_run(run_id).data.params
+    assert params["algorithm.advantage.estimator"] == "slca" and "git.commit" in params
+    assert load_causal_lm(root / "models/rl")[0].config.hidden_size == 32
+    (logged,) = mlflow.search_logged_models(
+        experiment_ids=[client.get_run(run_id).info.experiment_id], output_format="list"
+    )
+    assert logged.source_run_id == run_id
+
+
+def test_kill_minus_nine_mid_run_then_resume_continues_the_same_run(workspace, tmp_path):
+    root, _ = workspace
+    config = train_config(
+        root,
+        steps=4,
+        checkpoint_dir=str(tmp_path / "ckpt"),
+        tracking_dir=str(tmp_path / "mlflow"),
+        out_dir=str(tmp_path / "rl"),
+    )
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({"train": config.model_dump(mode="json")}))
+    command = [sys.executable, "-m", "slca.training.stages", "train", "--params", str(params)]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop("MLFLOW_TRACKING_URI", None)  # mlflow exports the last store this process used
+    job = subprocess.Popen(
+        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
+    deadline = time.time() + 240
+    while time.time() < deadline and job.poll() is None:
+        latest = latest_checkpoint(tmp_path / "ckpt")
+        if latest is not None and latest.name >= "step_000002":
+            break
+        time.sleep(0.2)
+    assert job.poll() is None, job.stderr.read().decode()[-2000:]
+    os.killpg(job.pid, signal.SIGKILL)
+    job.wait()
+    killed_at = int(latest_checkpoint(tmp_path / "ckpt").name.split("_")[1])
+    assert killed_at < 4
+    done = subprocess.run(
+        [*command, "--resume"], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    client = mlflow.tracking.MlflowClient(f"sqlite:///{tmp_path / 'mlflow/mlflow.db'}")
+    (experiment,) = [e for e in client.search_experiments() if e.name == "slca"]
+    (run,) = client.search_runs([experiment.experiment_id])
+    steps = [m.step for m in client.get_metric_history(run.info.run_id, "reward/tool")]
+    assert steps == [1, 2, 3, 4]  # one run, each step once, none lost after the checkpoint
+    assert run.info.run_id == done.stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    importlib.util.find_spec("deepspeed") is None, reason="deepspeed is not installed"
+)
+def test_the_train_stage_under_torchrun_with_zero3_tracks_and_writes_once(workspace, tmp_path):
+    """2 ranks, DeepSpeed ZeRO-3 on CPU, the real HF rollout engine (a copy per rank: a
+    ZeRO-3 module holds a shard): one MLflow run with every step once, one final model
+    (gathered, loadable), checkpoints with both ranks' RNG, the run id printed once."""
+    root, _ = workspace
+    config = train_config(
+        root,
+        checkpoint_dir=str(tmp_path / "ckpt"),
+        tracking_dir=str(tmp_path / "mlflow"),
+        out_dir=str(tmp_path / "rl"),
+        engine={"engine": "deepspeed", "zero_stage": 3, "bf16": False},
+    )
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({"train": config.model_dump(mode="json")}))
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    command += ["--nproc_per_node", "2", "-m", "slca.training.stages", "train"]
+    env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1")
+    env.pop("MLFLOW_TRACKING_URI", None)
+    done = subprocess.run(
+        [*command, "--params", str(params)], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    printed = done.stdout.split()
+    client = mlflow.tracking.MlflowClient(f"sqlite:///{tmp_path / 'mlflow/mlflow.db'}")
+    (experiment,) = [e for e in client.search_experiments() if e.name == "slca"]
+    (run,) = client.search_runs([experiment.experiment_id])
+    assert printed == [run.info.run_id]
+    for key in DESIGN_METRICS:
+        assert [m.step for m in client.get_metric_history(run.info.run_id, key)] == [1, 2], key
+    steps = sorted(p.name for p in (tmp_path / "ckpt").iterdir() if p.name.startswith("step_"))
+    assert steps == ["step_000001", "step_000002"]
+    identity = json.loads((tmp_path / "ckpt/run.json").read_text())  # rank 0's, once
+    assert identity["run_id"] == run.info.run_id and identity["status"] == "completed"
+    files = {p.name for p in (tmp_path / "ckpt/step_000002").iterdir()}
+    assert {"rng_state_rank0.pt", "rng_state_rank1.pt", "deepspeed"} <= files
+    final, _ = load_causal_lm(tmp_path / "rl")
+    saved, _ = load_causal_lm(tmp_path / "ckpt/step_000002")
+    assert all(torch.equal(v, saved.state_dict()[k]) for k, v in final.state_dict().items())
+    assert any(v.abs().sum() > 0 for v in final.state_dict().values())
+
+
+def test_validation_draws_a_fitting_seeded_subset_of_the_held_out_split(workspace):
+    from slca.training.session import validation_tasks
+
+    root, _ = workspace
+    _, tokenizer = load_causal_lm(root / "models/base")
+    assert validation_tasks(train_config(root), tokenizer) == []  # off by default
+    config = train_config(root, validation={"every": 1, "max_tasks": 3})
+    drawn = validation_tasks(config, tokenizer)
+    assert len(drawn) == 3 and {t.split for t in drawn} == {"val"}
+    assert [t.id for t in validation_tasks(config, tokenizer)] == [t.id for t in drawn]
+    with pytest.raises(ValueError, match=r"train.validation: no 'test' task .* train.sources"):
+        validation_tasks(
+            train_config(root, sources=["nestful"], validation={"every": 1, "split": "test"}),
+            tokenizer,
+        )
+    settings = {
+        "tracking_dir": str(root / "mlflow"),
+        "experiment": "val",
+        "validation": {"every": 1, "max_tasks": 2},
+        "out_dir": str(root / "models/rl_val"),
+        "checkpoint_dir": str(root / "checkpoints/rl_val"),
+    }
+    run_id = run_train(train_config(root, **settings))
+    assert history(root, run_id, "val/success_at_0.9") == [1, 2]
+
+
+def test_the_session_builds_the_configured_simulator_and_judge_once(workspace, tmp_path):
+    """train.simulator and the judge's local engine reach the trainer the stage runs; the
+    judge rates the summaries of step 1 on its own model (the tiny base model here)."""
+    from slca.rewards.preference import JudgeScorer
+    from slca.training.session import training_session
+
+    root, _ = workspace
+    config = train_config(
+        root,
+        steps=1,
+        out_dir=str(tmp_path / "out"),
+        checkpoint_dir=str(tmp_path / "ckpt"),
+        simulator={"seed": 5, "cache": str(tmp_path / "sim.sqlite")},
+        rewards={
+            "summary": {
+                "name": "judge",
+                "judge": {"model": str(root / "models/base"), "max_new_tokens": 4},
+            }
+        },
+    )
+    with training_session(config, track=False) as trainer:
+        assert trainer.simulator.seed == 5 and trainer.simulator.backend.name == "schema"
+        assert isinstance(trainer.summary_scorer, JudgeScorer)
+        metrics = trainer.train_step()
+        trainer.end_step(metrics)
+    assert metrics["judge/engine_errors"] == 0
+    assert (tmp_path / "sim.sqlite").exists()
+
+
+def test_a_run_without_tracking_needs_no_mlflow(workspace, tmp_path):
+    """track=False: the whole stage (the run file included) runs on a machine without
+    MLflow (here: its import blocked; DeepSpeed, when installed, only tries it)."""
+    root, _ = workspace
+    config = train_config(
+        root, steps=1, out_dir=str(tmp_path / "rl"), checkpoint_dir=str(tmp_path / "ckpt")
+    )
+    script = (
+        "import sys\n"
+        "sys.modules['mlflow'] = None  # import mlflow now raises ImportError\n"
+        "from slca.config import TrainConfig\n"
+        "from slca.training.session import run_train\n"
+        "assert run_train(TrainConfig.model_validate_json(sys.argv[1]), track=False) is None\n"
+    )
+    env = dict(os.environ)
+    env.pop("MLFLOW_TRACKING_URI", None)
+    done = subprocess.run(
+        [sys.executable, "-c", script, config.model_dump_json()],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads((tmp_path / "rl/mlflow_run.json").read_text())["run_id"] is None
