@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from slca.config import TrainConfig
-from slca.data.params import SynthParams
+from slca.config.data import SynthParams
+from slca.config.train import TrainConfig
 from slca.data.synth import generate
 from slca.simulator import Simulator
 

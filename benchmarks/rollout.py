@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from slca.data.params import SynthParams
+from slca.config.data import SynthParams
 from slca.data.synth import generate
 from slca.rollout.engines import HFEngine, SamplingParams
 from slca.rollout.loop import RolloutLimits, run_rollouts

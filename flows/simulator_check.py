@@ -8,7 +8,7 @@ from typing import Any
 from prefect import flow
 
 from flows.params import DEFAULT_STATE_DIR, read_document, section
-from slca.simulator.check import SimulatorCheckParams
+from slca.config.simulator import SimulatorCheckParams
 from tasks.simulator import simulator_check_task
 
 

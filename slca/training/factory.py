@@ -21,9 +21,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from slca.config import SimulatorConfig, TrainConfig
+from slca.config.rewards import JudgeConfig, SummaryConfig
+from slca.config.simulator import SimulatorConfig
+from slca.config.train import TrainConfig
 from slca.data.record import TaskRecord
-from slca.rewards.config import JudgeConfig, SummaryConfig
 from slca.rewards.preference import Generate, SummaryScorer, build_summary_scorer
 from slca.simulator import Simulator
 from slca.training.rl import Tracker, Trainer

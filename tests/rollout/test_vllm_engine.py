@@ -100,9 +100,9 @@ def test_after_an_rl_step_vllm_samples_from_the_new_weights(engine, tokenizer, t
 
     from helpers import ScriptedEngine
 
-    from slca.config import TrainConfig
+    from slca.config.engine import EngineConfig
+    from slca.config.train import TrainConfig
     from slca.simulator import Simulator
-    from slca.training.config import EngineConfig
     from slca.training.engines import TorchEngine
     from slca.training.rl import Trainer
 

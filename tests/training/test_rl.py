@@ -5,10 +5,10 @@ import pytest
 import torch
 from helpers import DESIGN_METRICS, ScriptedEngine
 
-from slca.config import TrainConfig
+from slca.config.engine import EngineConfig
+from slca.config.train import TrainConfig
 from slca.rollout.engines import HFEngine
 from slca.simulator import Simulator
-from slca.training.config import EngineConfig
 from slca.training.engines import TorchEngine, load_hf_weights
 from slca.training.rl import Trainer, TrainingDiverged, latest_checkpoint
 from slca.training.tiny import tiny_model, train_tokenizer
@@ -34,7 +34,7 @@ class Recorder:
 
 @pytest.fixture(scope="module")
 def world():
-    from slca.data.params import SynthParams
+    from slca.config.data import SynthParams
     from slca.data.synth import generate
 
     tasks = [
@@ -494,7 +494,7 @@ def test_a_judge_without_its_engine_is_refused_when_the_trainer_is_built(world, 
 
 
 def test_a_judge_on_a_local_tiny_model_scores_from_step_1(world, tmp_path):
-    from slca.config import TrainConfig
+    from slca.config.train import TrainConfig
     from slca.training.factory import build_scorer
 
     tasks, tokenizer = world

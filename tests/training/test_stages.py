@@ -13,8 +13,8 @@ import torch
 import yaml
 from helpers import DESIGN_METRICS, tiny_params
 
-from slca.config import TrainConfig
-from slca.data.params import PrepareParams
+from slca.config.data import PrepareParams
+from slca.config.train import TrainConfig
 from slca.data.prepare import prepare
 from slca.modeling import load_causal_lm
 from slca.training.rl import latest_checkpoint
