@@ -146,3 +146,17 @@ def test_the_data_sections_load_without_torch():
         "assert 'torch' not in sys.modules, 'torch imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.slow  # the pipeline checks its sections inside its flow: Prefect starts first
+def test_slca_run_reports_a_bad_override_in_one_line_before_any_step(runner, tmp_path):
+    from slca.cli import app
+
+    tasks = tmp_path / "tasks"
+    path = params_file(tmp_path, {"prepare": {"out_dir": str(tasks)}})
+    result = runner.invoke(app, ["run", "--params", path, "-S", "sft.epochs=0"])
+    assert result.exit_code == 1, result.output
+    error = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and path in error[0], result.output
+    assert "sft.epochs: Input should be greater than or equal to 1" in error[0]
+    assert not tasks.exists()  # no step ran
