@@ -22,7 +22,7 @@ import time
 import torch
 
 from slca.advantages import compute_advantages
-from slca.config import TrainConfig
+from slca.config.train import TrainConfig
 from slca.segments import ENV, KIND_CODE, head_masks
 
 REFERENCE = TrainConfig(algorithm={"profile": "reference"}).algorithm.advantage.switches()

@@ -25,7 +25,7 @@ import statistics
 import time
 from typing import Any
 
-from slca.data.params import SynthParams
+from slca.config.data import SynthParams
 from slca.data.record import TaskRecord
 from slca.data.synth import generate
 from slca.grammar import parse_turn

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from slca.config import TrainConfig
-from slca.data.params import SynthParams
+from slca.config.data import SynthParams
+from slca.config.train import TrainConfig
 from slca.data.synth import generate
 from slca.simulator import Simulator
 
@@ -59,10 +59,11 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
+    from slca.config.vllm import VLLMConfig
     from slca.modeling import load_causal_lm, save_hf_checkpoint
     from slca.rollout.chat import ensure_tool_template
     from slca.rollout.engines import HFEngine
-    from slca.rollout.vllm_engine import VLLMConfig, VLLMEngine
+    from slca.rollout.vllm_engine import VLLMEngine
     from slca.training.engines import TorchEngine
     from slca.training.rl import Trainer
 

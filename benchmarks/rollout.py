@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from slca.data.params import SynthParams
+from slca.config.data import SynthParams
 from slca.data.synth import generate
 from slca.rollout.engines import HFEngine, SamplingParams
 from slca.rollout.loop import RolloutLimits, run_rollouts
@@ -71,7 +71,8 @@ def build(engine: str, path: Path, args):
     if engine == "hf":
         model, tokenizer = load_causal_lm(path, dtype="float32")
         return HFEngine(model, tokenizer, batch_size=args.batch_size), tokenizer
-    from slca.rollout.vllm_engine import VLLMConfig, VLLMEngine
+    from slca.config.vllm import VLLMConfig
+    from slca.rollout.vllm_engine import VLLMEngine
 
     tokenizer = load_tokenizer(path)
     bind = args.vllm_bind or (f"0-{args.threads - 1}" if args.threads else None)

@@ -15,8 +15,8 @@ import argparse
 import random
 import time
 
+from slca.config.data import SynthParams
 from slca.data import io
-from slca.data.params import SynthParams
 from slca.data.synth import TOOLS, generate
 from slca.jsonutil import canonical_json
 from slca.simulator import Simulator

@@ -146,7 +146,7 @@ def render_prompt(task, tokenizer) -> str:
 
 
 def slca_config(args, estimator: str, init_dir: Path):
-    from slca.config import TrainConfig
+    from slca.config.train import TrainConfig
 
     batch = args.tasks_per_step * args.group_size
     return TrainConfig.model_validate(
@@ -265,7 +265,7 @@ def child_trl(args, workspace: Path) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from slca.rewards.config import RewardConfig
+    from slca.config.rewards import RewardConfig
     from slca.rewards.score import score_batch
     from slca.simulator import Simulator
 
@@ -495,7 +495,7 @@ def result(side, args, timer, ends, tokens, rss_ready) -> dict[str, Any]:
 
 def build_workspace(args, workspace: Path) -> dict[str, Any]:
     """Tasks and the tiny model, written once; both sides load them from disk."""
-    from slca.data.params import SynthParams
+    from slca.config.data import SynthParams
     from slca.data.synth import generate
     from slca.training.stages import BaseModelParams, _texts_for_tokenizer
     from slca.training.tiny import tiny_model, train_tokenizer

@@ -8,7 +8,7 @@ from typing import Any
 from prefect import flow
 
 from flows.params import DEFAULT_STATE_DIR, read_document, section
-from slca.data.params import PrepareParams, ValidateParams
+from slca.config.data import PrepareParams, ValidateParams
 from tasks.data import prepare_task, validate_task
 
 

@@ -9,8 +9,8 @@ from prefect import flow
 from pydantic import Field
 
 from flows.params import DEFAULT_STATE_DIR, read_document, section
-from slca.config import TrainConfig
-from slca.eval.stages import EvaluateParams
+from slca.config.evaluate import EvaluateParams
+from slca.config.train import TrainConfig
 from tasks.evaluation import evaluate_task, report_task
 
 DEFAULT_REPORT_DIR = Path("reports/summary")

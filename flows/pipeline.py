@@ -18,7 +18,7 @@ from flows.params import DEFAULT_STATE_DIR, Estimator, read_document, section
 from flows.sft import sft
 from flows.simulator_check import simulator_check
 from flows.train import train, train_config
-from slca.data.params import PrepareParams, ValidateParams
+from slca.config.data import PrepareParams, ValidateParams
 from slca.rollout.vllm_engine import check_engine
 from slca.simulator.check import check_params
 from slca.training.stages import BaseModelParams, SFTParams

@@ -9,8 +9,8 @@ from typing import Any
 from prefect import flow
 
 from flows.params import DEFAULT_STATE_DIR, Estimator, read_document, section
-from slca.config import TrainConfig
-from slca.data.params import ValidateParams
+from slca.config.data import ValidateParams
+from slca.config.train import TrainConfig
 from slca.training.session import data_hashes, training_session
 from tasks.data import validate_task
 from tasks.training import rollout_task, score_task, train_done_task, train_plan_task, update_task

@@ -24,6 +24,7 @@ from typing import Annotated, Any
 import typer
 
 from slca.config import ConfigError, parse_override
+from slca.config.data import PrepareParams, ValidateParams
 from slca.processes import die_with_parent, supervised
 
 app = typer.Typer(
@@ -175,11 +176,16 @@ def run(
 def data(params: ParamsFile = Path("params.yaml"), set_: Overrides = None) -> None:
     """prepare + validate the task data."""
     from flows.data import data as data_flow
+    from flows.params import read_document, section
 
-    summary = _run(
-        lambda: data_flow(params_file=params, overrides=_overrides(set_)),
-        "the source packages come with `make .venv/.installed`",
-    )
+    def go() -> Any:  # settings are checked before any flow run starts
+        overrides = _overrides(set_)
+        document = read_document(params, overrides)
+        section(document, "prepare", PrepareParams, params)
+        section(document, "validate", ValidateParams, params)
+        return data_flow(params_file=params, overrides=overrides)
+
+    summary = _run(go, "the source packages come with `make .venv/.installed`")
     typer.echo(f"task data ready: {summary}")
 
 

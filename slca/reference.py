@@ -26,7 +26,8 @@ from typing import Any
 import torch
 
 from slca.advantages import SUMMARY, TOOL, compute_advantages
-from slca.config import AlgorithmConfig, TrainConfig
+from slca.config.algorithm import AlgorithmConfig
+from slca.config.train import TrainConfig
 from slca.rewards.reference import route_penalty, score_text
 from slca.segments import ENV, KIND_CODE, head_masks
 

@@ -8,7 +8,7 @@ from typing import Any
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from slca.data.params import PrepareParams, ValidateParams
+from slca.config.data import PrepareParams, ValidateParams
 from slca.data.prepare import DISTRIBUTIONS, prepare
 from slca.data.validate import validate_dir
 from tasks.steps import Step, as_paths, run_step

@@ -7,8 +7,9 @@ from pathlib import Path
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
+from slca.config.evaluate import EvaluateParams
 from slca.eval.report import report
-from slca.eval.stages import EvaluateParams, evaluate, tqdm_progress
+from slca.eval.stages import evaluate, tqdm_progress
 from tasks.steps import Step, as_paths, run_step
 
 

@@ -7,7 +7,8 @@ from typing import Any
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from slca.simulator.check import SimulatorCheckParams, validate_simulator
+from slca.config.simulator import SimulatorCheckParams
+from slca.simulator.check import validate_simulator
 from tasks.steps import Step, as_paths, run_step
 
 

@@ -7,7 +7,7 @@ from typing import Any
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from slca.config import TrainConfig
+from slca.config.train import TrainConfig
 from slca.rewards.score import RewardBreakdown
 from slca.training.checkpoints import latest_checkpoint
 from slca.training.rl import Sampled, Trainer

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from slca.advantages import SUMMARY, TOOL, compute_advantages
-from slca.config import TrainConfig
+from slca.config.train import TrainConfig
 from slca.reference import reference_algorithm, reference_config, replay
 from slca.rewards.reference import route_penalty
 

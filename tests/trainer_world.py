@@ -7,11 +7,11 @@ import json
 
 from helpers import ScriptedEngine
 
-from slca.config import TrainConfig
-from slca.data.params import SynthParams
+from slca.config.data import SynthParams
+from slca.config.engine import EngineConfig
+from slca.config.train import TrainConfig
 from slca.data.synth import generate
 from slca.simulator import Simulator
-from slca.training.config import EngineConfig
 from slca.training.engines import TorchEngine
 from slca.training.rl import Trainer
 from slca.training.tiny import tiny_model, train_tokenizer

@@ -270,7 +270,7 @@ class Check:
     # -- data and base model
 
     def prepare(self) -> dict[str, Any]:
-        from slca.data.params import PrepareParams
+        from slca.config.data import PrepareParams
         from slca.data.prepare import prepare
 
         n = 40 if self.smoke else 800
@@ -329,7 +329,7 @@ class Check:
     # -- training and evaluation
 
     def sft(self) -> dict[str, Any]:
-        from slca.training.config import EngineConfig
+        from slca.config.engine import EngineConfig
         from slca.training.stages import SFTParams, run_sft
 
         smoke = self.smoke
@@ -361,7 +361,7 @@ class Check:
         }
 
     def train_config(self, estimator: str, engine: str, label: str, **extra: Any):
-        from slca.config import TrainConfig
+        from slca.config.train import TrainConfig
 
         smoke, name = self.smoke, f"{estimator}-{label}"
         settings: dict[str, Any] = {
@@ -409,7 +409,8 @@ class Check:
         }
 
     def evaluate(self, model: str) -> dict[str, Any]:
-        from slca.eval.stages import EvaluateParams, evaluate
+        from slca.config.evaluate import EvaluateParams
+        from slca.eval.stages import evaluate
 
         n = 4 if self.smoke else self.args.eval_tasks
         params = EvaluateParams(

@@ -396,7 +396,8 @@ def report(args: argparse.Namespace) -> Path:
 
 
 def _configured_steps(params: Path) -> int:
-    from slca.config import TrainConfig, load_section
+    from slca.config import load_section
+    from slca.config.train import TrainConfig
 
     return load_section(params, "train", TrainConfig).steps
 

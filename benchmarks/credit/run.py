@@ -45,7 +45,7 @@ PROFILES = ("default", "reference")
 
 
 def jobs(args: argparse.Namespace) -> list[dict]:
-    from slca.config import REFERENCE_ESTIMATORS
+    from slca.config.algorithm import REFERENCE_ESTIMATORS
 
     out = []
     for seed in [] if args.ablations_only else args.seeds:

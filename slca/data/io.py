@@ -28,9 +28,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import ValidationError
 
+from slca.config import describe
 from slca.data.record import SPLITS, TaskRecord
 from slca.jsonutil import canonical_json
-from slca.paramfile import describe
 
 JSON_COLUMNS = ("messages", "tools", "gold", "facts", "world")
 SCALAR_COLUMNS = ("id", "source", "domain", "split", "eval_only")

@@ -1,7 +1,8 @@
 """The ``prepare`` step: import every source, check, split, write parquet + manifest.
 
-``python -m slca.data.prepare [--params params.yaml] [--skip-invalid]`` is what the DVC
-stage runs; :func:`prepare` is what a Prefect task calls. A malformed record stops the
+``python -m slca.data.prepare [--params params.yaml] [-S key=value] [--skip-invalid]``
+is what the DVC stage runs; :func:`prepare` is what a Prefect task calls. A malformed
+record stops the
 run with an error naming the source, the record (file and line, or id) and the field;
 with ``skip_invalid`` it is quarantined into ``rejects.jsonl`` with the reason instead,
 and counted in the manifest. Output replaces ``out_dir`` atomically.
@@ -20,9 +21,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from slca.config.data import PrepareParams
+from slca.config.loader import load_stage_section, stage_parser
 from slca.data import io, splits, synth
 from slca.data.checks import record_problems
-from slca.data.params import PrepareParams, load_params
 from slca.data.record import SPLITS, TaskRecord
 from slca.data.sources import FieldError, MissingSource, SourceItem
 
@@ -174,12 +176,12 @@ def prepare(p: PrepareParams, roots: dict[str, Path] | None = None) -> dict[str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m slca.data.prepare",
+    ap = stage_parser(
+        "python -m slca.data.prepare",
+        "prepare.seed=1",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    ap.add_argument("--params", default="params.yaml", help="params file (default %(default)s)")
     ap.add_argument(
         "--skip-invalid",
         action="store_true",
@@ -187,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     try:
-        p = load_params(args.params).prepare
+        p = load_stage_section(args, "prepare", PrepareParams)
         if args.skip_invalid:
             p = p.model_copy(update={"skip_invalid": True})
         m = prepare(p)

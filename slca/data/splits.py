@@ -23,8 +23,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from slca.config.data import SplitParams
 from slca.data import io
-from slca.data.params import SplitParams
 from slca.data.record import EVAL_SPLIT, TaskRecord
 from slca.rollout.chat import ChatRenderer
 

@@ -22,7 +22,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from slca.data.params import SynthParams
+from slca.config.data import SynthParams
 from slca.data.record import Call, Message, TaskRecord
 from slca.data.synth_world import BASES, CONDITIONS, PASSENGERS, TOOLS, new_world, route_key
 

@@ -10,14 +10,13 @@ key (near-duplicate class) in two splits. Writes ``ge_results.json`` and Data Do
 into ``report_dir`` and fails with a message naming each failed expectation and example
 record ids.
 
-``python -m slca.data.validate [--params params.yaml]`` is what the DVC stage runs;
+``python -m slca.data.validate [--params params.yaml] [-S key=value]`` is what the DVC stage runs;
 :func:`validate_dir` is what a Prefect task calls. Great Expectations is imported here
 only: it is part of the ``data`` extra.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -27,9 +26,10 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from slca import ge
+from slca.config.data import ValidateParams
+from slca.config.loader import load_stage_section, stage_parser
 from slca.data import io
 from slca.data.checks import gold_problems, schema_problems
-from slca.data.params import load_params
 from slca.data.record import SPLITS
 from slca.data.splits import request_key
 
@@ -83,8 +83,6 @@ def build_suite(min_rows: dict[str, int] | None = None) -> list[Any]:
     """The task-data expectations, in the order they are reported; ``min_rows`` is the
     fewest rows per split (default: the ``validate.min_rows`` default)."""
     import great_expectations.expectations as gxe
-
-    from slca.data.params import ValidateParams
 
     min_rows = ValidateParams().min_rows if min_rows is None else min_rows
     user_turn = ge.column_expectation(
@@ -177,11 +175,9 @@ def validate_dir(
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m slca.data.validate")
-    ap.add_argument("--params", default="params.yaml")
-    args = ap.parse_args(argv)
+    args = stage_parser("python -m slca.data.validate", "validate.max_examples=10").parse_args(argv)
     try:
-        v = load_params(args.params).validate_
+        v = load_stage_section(args, "validate", ValidateParams)
         ok, failures = validate_dir(v.in_dir, v.report_dir, v.max_examples, v.min_rows)
     except (ValueError, FileNotFoundError) as e:
         print(f"validate failed: {e}", file=sys.stderr)

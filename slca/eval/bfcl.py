@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from slca.data.params import BFCL_CATEGORIES
+from slca.config.data import BFCL_CATEGORIES
 from slca.data.record import TaskRecord
 from slca.data.sources import bfcl as bfcl_source
 from slca.rollout.types import Rollout

@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from slca.atomic import atomic_write_text
+from slca.config.rewards import RewardConfig
 from slca.data.record import TaskRecord
 from slca.eval.in_domain import SUCCESS_THRESHOLD, TOLERANCE
-from slca.rewards.config import RewardConfig
 from slca.rewards.score import RewardBreakdown, score_batch
 from slca.rollout.engines import Engine, SamplingParams
 from slca.rollout.loop import RolloutLimits, run_rollouts

@@ -9,141 +9,32 @@ the run that trained the model (``mlflow_run.json`` in ``model_dir``) or a new r
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import functools
 import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import Field, field_validator, model_validator
+from typing import Any
 
 from slca.atomic import atomic_write_text
-from slca.config import (
-    ConfigError,
-    StrictModel,
-    add_override_option,
-    load_section,
-    overrides_of,
-)
+from slca.config import ConfigError
+from slca.config.evaluate import EvaluateParams
+from slca.config.loader import load_stage_section, stage_parser
 from slca.data import io
 from slca.data.record import TaskRecord
 from slca.data.splits import draw, draw_split, fitting_tasks
-from slca.eval.bfcl import CATEGORIES
 from slca.eval.bfcl_multi_turn import CATEGORY as MULTI_TURN
-from slca.rewards.config import RewardConfig
 from slca.rewards.judge_engine import build_scorer, check_judge
 from slca.rewards.preference import SummaryScorer
-from slca.rollout.vllm_engine import VLLMConfig, check_engine
+from slca.rollout.vllm_engine import check_engine
 
-BFCL_SETS = (*CATEGORIES, MULTI_TURN)
-"""The BFCL categories evaluate can score."""
 SUMMARY_SETTING = "evaluate.rewards.summary"
 """Where evaluation's summary scorer is configured (named in its messages)."""
 
 Progress = Callable[[str, int], Callable[[int], Any]]
 """Given a set's name and task count before the set runs, returns what is called with
 the number of tasks each generation step finished."""
-
-
-class InDomainSet(StrictModel):
-    split: str = "test"
-    """The held-out split (never trained on)."""
-    sources: list[str] | None = None
-    """Only tasks of these sources (e.g. ``[synth]``); null keeps every source."""
-    max_tasks: int | None = Field(200, ge=1)
-    """A seeded subset of this many tasks; null evaluates the whole split."""
-
-
-class BfclSet(StrictModel):
-    categories: list[str] = Field(default_factory=lambda: list(BFCL_SETS))
-    """BFCL v4 categories: the single-turn ones (slca.eval.bfcl.CATEGORIES, from the
-    prepared eval records) and ``multi_turn_base`` (read from bfcl-eval itself)."""
-    max_per_category: int = Field(10, ge=0)
-    """A seeded subset per category; 0 skips BFCL."""
-    max_steps_per_turn: int = Field(8, ge=1)
-    """multi_turn_base: policy turns per user turn before the task is cut off (BFCL's own
-    harness force-quits after 20); a cut-off task scores ``force_terminated``."""
-
-    @field_validator("categories")
-    @classmethod
-    def _known(cls, categories: list[str]) -> list[str]:
-        unknown = sorted(set(categories) - set(BFCL_SETS))
-        if unknown:
-            raise ValueError(f"unknown BFCL categories {unknown}; valid: {', '.join(BFCL_SETS)}")
-        return categories
-
-
-class Tau2Set(StrictModel):
-    domains: list[Literal["airline", "retail", "telecom"]] = Field(
-        default_factory=lambda: ["airline", "retail", "telecom"]
-    )
-    """τ²-bench domains."""
-    max_per_domain: int = Field(5, ge=0)
-    """A seeded subset per domain; 0 skips τ²."""
-    max_turns: int = Field(8, ge=1)
-    """Policy turns per task (τ² tasks take several tool steps)."""
-
-
-class EvaluateParams(StrictModel):
-    model_dir: str = "models/sft"
-    """The model to evaluate (HF format)."""
-    in_dir: str = "data/tasks"
-    """Task data."""
-    report_path: str = "reports/eval/sft.json"
-    """The metrics (JSON); one line per task goes beside it (``<stem>.tasks.jsonl``)."""
-    seed: int = 0
-    """Draws the task subsets."""
-    in_domain: InDomainSet = Field(default_factory=InDomainSet)
-    """The in-domain set."""
-    max_new_tokens: int = Field(96, ge=1)
-    """Tokens per policy turn."""
-    max_turns: int = Field(3, ge=1)
-    """Policy turns per task."""
-    max_total_tokens: int = Field(2048, ge=16)
-    """Prompt + turns + tool responses; tasks whose prompt alone leaves no room for a
-    turn are left out and counted (``<set>/too_long``)."""
-    generation_batch_size: int = Field(32, ge=1)
-    """Rollouts generated together."""
-    engine: Literal["hf", "vllm"] = "hf"
-    """Generation engine: transformers (``hf``) or vLLM (CPU or CUDA)."""
-    vllm: VLLMConfig = Field(default_factory=VLLMConfig)
-    """The vLLM engine when ``engine`` is ``vllm``."""
-    device: str | None = None
-    """Where the model runs with the ``hf`` engine (``cpu``, ``cuda``, ``cuda:1``); null:
-    the GPU when there is one, else the CPU."""
-    bfcl: BfclSet = Field(default_factory=lambda: BfclSet())
-    """BFCL v4 (official checker)."""
-    tau2: Tau2Set = Field(default_factory=lambda: Tau2Set())
-    """τ²-bench on its real environments."""
-    rewards: RewardConfig = Field(default_factory=lambda: RewardConfig(mode="process"))
-    """The scorer (process mode: against gold)."""
-
-    @model_validator(mode="after")
-    def _room_for_a_prompt(self) -> EvaluateParams:
-        if self.max_total_tokens <= self.max_new_tokens:
-            raise ValueError(
-                f"max_total_tokens ({self.max_total_tokens}) must exceed max_new_tokens "
-                f"({self.max_new_tokens}): no task's prompt fits beside one turn"
-            )
-        return self
-
-    tracking_dir: str | None = "mlflow"
-    """MLflow store the metrics go to; null logs nothing."""
-    experiment: str = "slca"
-    """MLflow experiment (of the training runs)."""
-    run_name: str | None = None
-    """Name of the new MLflow run when the model has no training run (e.g. the SFT
-    model); default ``eval-<model_dir name>``."""
-
-    @field_validator("device")
-    @classmethod
-    def _device_is_a_torch_device(cls, device: str | None) -> str | None:
-        from slca.training.config import check_device_setting
-
-        return check_device_setting(device)
 
 
 def evaluate(params: EvaluateParams, progress: Progress | None = None) -> dict[str, float]:
@@ -431,15 +322,14 @@ def _fitting(tasks: list[TaskRecord], tokenizer: Any, budget: int) -> list[TaskR
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m slca.eval.stages", description=__doc__.splitlines()[0]
+    parser = stage_parser(
+        "python -m slca.eval.stages",
+        "evaluate.model_dir=models/sft",
+        description=__doc__.splitlines()[0],
     )
-    parser.add_argument("--params", default="params.yaml")
-    add_override_option(parser, "evaluate.model_dir=models/sft")
     args = parser.parse_args(argv)
     try:
-        overrides = overrides_of(args)
-        params = load_section(args.params, "evaluate", EvaluateParams, overrides)
+        params = load_stage_section(args, "evaluate", EvaluateParams)
         metrics = evaluate(params, progress=tqdm_progress())
     except (ConfigError, ValueError, FileNotFoundError) as exc:
         print(f"evaluate failed: {exc}", file=sys.stderr)

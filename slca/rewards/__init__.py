@@ -4,7 +4,7 @@ Use :func:`score` / :func:`score_batch` with a :class:`RewardConfig`; the parts 
 ``process``, ``execution``, ``redundancy`` and ``preference``.
 """
 
-from slca.rewards.config import RewardConfig
+from slca.config.rewards import RewardConfig
 from slca.rewards.preference import SummaryInput, SummaryScorer, build_summary_scorer
 from slca.rewards.score import RewardBreakdown, batch_metrics, score, score_batch
 from slca.rewards.scorers import available_summary_scorers, register_summary_scorer

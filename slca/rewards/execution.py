@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from slca.rewards.config import ExecutionWeights
+from slca.config.rewards import ExecutionWeights
 from slca.rewards.match import canonical
 from slca.rollout.types import ExecutedCall
 from slca.simulator.core import is_error

@@ -10,12 +10,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from slca.rewards.config import JudgeConfig
+from slca.config.rewards import JudgeConfig
 from slca.rewards.scorers import register_summary_scorer
 from slca.rewards.summary import Generate, SummaryInput, SummaryScorer, clean_text
 
 if TYPE_CHECKING:
-    from slca.rewards.config import SummaryConfig
+    from slca.config.rewards import SummaryConfig
 
 # ======================================================================== judge
 JUDGE_RUBRIC = """\

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from slca.rewards.config import JudgeConfig, SummaryConfig
+from slca.config.rewards import JudgeConfig, SummaryConfig
 from slca.rewards.preference import Generate, SummaryScorer, build_summary_scorer
 
 

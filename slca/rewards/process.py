@@ -25,8 +25,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from slca.config.rewards import ProcessWeights
 from slca.data.record import TaskRecord
-from slca.rewards.config import ProcessWeights
 from slca.rewards.match import GoldCall, Pair, PolicyCall
 from slca.rollout.types import Rollout
 

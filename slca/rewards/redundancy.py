@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from slca.config.rewards import RedundancyConfig
 from slca.data.record import TaskRecord
-from slca.rewards.config import RedundancyConfig
 from slca.rewards.match import PolicyCall, canonical
 
 

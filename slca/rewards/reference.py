@@ -33,8 +33,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from slca.config.rewards import ProcessWeights
 from slca.data.record import TaskRecord
-from slca.rewards.config import ProcessWeights
 from slca.rollout.chat import tool_message
 from slca.rollout.types import Rollout
 

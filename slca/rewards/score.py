@@ -33,8 +33,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
+from slca.config.rewards import RewardConfig
 from slca.data.record import TaskRecord
-from slca.rewards.config import RewardConfig
 from slca.rewards.execution import (
     ExecutionParts,
     executed_in_order,

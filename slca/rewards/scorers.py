@@ -1,7 +1,7 @@
 """The summary-scorer registry: name → factory of an ``R_summary`` scorer.
 
 Apart from the scorers (:mod:`slca.rewards.preference`), so that the configuration
-(:class:`slca.rewards.config.SummaryConfig`) validates a scorer's name without importing
+(:class:`slca.config.rewards.SummaryConfig`) validates a scorer's name without importing
 them. The built-in scorers register when :mod:`slca.rewards` is imported, which any
 import of one of its modules does first.
 """

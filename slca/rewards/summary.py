@@ -14,7 +14,7 @@ from slca.rollout.types import Rollout
 from slca.simulator.core import is_error
 
 if TYPE_CHECKING:
-    from slca.rewards.config import SummaryConfig
+    from slca.config.rewards import SummaryConfig
 
 Generate = Callable[[list[str]], list[str]]
 """An engine-agnostic text generator: one completion per prompt, in order."""

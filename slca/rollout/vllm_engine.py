@@ -34,8 +34,8 @@ from typing import Any
 
 import torch
 
+from slca.config.vllm import VLLMConfig
 from slca.rollout.engines import Generation, SamplingParams
-from slca.rollout.vllm_config import VLLMConfig
 
 WORKER_EXTENSION = "slca.rollout.vllm_worker.WeightSyncExtension"
 _GIB = 1 << 30

@@ -12,13 +12,12 @@ Expectations suite:
   Python ``jsonschema`` validator, a second opinion on the simulator's own);
 - no valid gold call gets an error, beyond ``max_error_rate``.
 
-``python -m slca.simulator.check --params params.yaml`` is what the DVC stage runs;
-:func:`validate_simulator` is what a Prefect task calls.
+``python -m slca.simulator.check --params params.yaml [-S key=value]`` is what the DVC
+stage runs; :func:`validate_simulator` is what a Prefect task calls.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections import Counter
@@ -28,38 +27,17 @@ from typing import Any
 
 import jsonschema
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field
 
 from slca import ge
-from slca.config import SimulatorConfig
+from slca.config import ConfigError, overrides_of, parse_section, read_params
+from slca.config.loader import stage_parser
+from slca.config.simulator import SimulatorCheckParams, SimulatorConfig
 from slca.data import io
 from slca.data.record import REFERENCE_RE, TaskRecord
 from slca.jsonutil import MISSING, canonical_json, walk
-from slca.paramfile import ConfigError, parse_section, read_params
 from slca.simulator.core import Simulator, is_error
 
 SUITE = "slca_simulator"
-
-
-class SimulatorCheckParams(BaseModel):
-    """The ``simulator_check`` stage of params.yaml."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-    in_dir: str = "data/tasks"
-    """Output of prepare."""
-    split: str = "val"
-    """Which split's gold calls to simulate."""
-    report_dir: str = "data/simulator_check"
-    """GE results, Data Docs, the response table and a summary."""
-    backend: str = "schema"
-    """Simulator backend: schema or llm."""
-    seed: int = 0
-    """Simulator seed."""
-    max_error_rate: float = Field(0.0, ge=0, le=1)
-    """Largest share of gold calls allowed to get an error response before the step fails."""
-    max_examples: int = Field(5, ge=1)
-    """Call ids quoted per failed expectation."""
 
 
 def resolve_references(
@@ -227,20 +205,24 @@ def check_params(document: Mapping[str, Any], path: str | Path) -> SimulatorChec
     return params
 
 
-def load_params(path: str | Path) -> SimulatorCheckParams:
-    """The ``simulator_check`` section, read strictly (:mod:`slca.paramfile`) and checked
-    against ``train.simulator`` (:func:`check_params`)."""
-    return check_params(read_params(path), path)
+def load_params(
+    path: str | Path, overrides: Mapping[str, Any] | None = None
+) -> SimulatorCheckParams:
+    """The ``simulator_check`` section, read strictly (:mod:`slca.config`, with ``-S``
+    ``overrides``) and checked against ``train.simulator`` (:func:`check_params`)."""
+    return check_params(read_params(path, overrides), path)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m slca.simulator.check", description=__doc__.splitlines()[0]
+    parser = stage_parser(
+        "python -m slca.simulator.check",
+        "simulator_check.split=test",
+        description=__doc__.splitlines()[0],
     )
-    parser.add_argument("--params", default="params.yaml")
     args = parser.parse_args(argv)
     try:
-        ok, failures, summary = validate_simulator(load_params(args.params))
+        params = load_params(args.params, overrides_of(args))
+        ok, failures, summary = validate_simulator(params)
     except (ValueError, FileNotFoundError) as exc:
         print(f"simulator_check failed: {exc}", file=sys.stderr)
         return 1

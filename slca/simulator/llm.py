@@ -34,8 +34,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from slca.config.vllm import VLLMConfig
 from slca.rollout.engines import Engine, Generation, SamplingParams
-from slca.rollout.vllm_engine import VLLMConfig, vllm_available
+from slca.rollout.vllm_engine import vllm_available
 from slca.simulator.backends import CallRequest
 from slca.simulator.decoding import (
     ANY_OBJECT,

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 from torch.optim.lr_scheduler import LambdaLR
 
-from slca.training.config import EngineConfig, load_deepspeed_json
+from slca.config.engine import EngineConfig, load_deepspeed_json
 from slca.training.engine_support import (
     CLIENT_STATE,
     ENGINE_STATE,

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from slca.training.config import OptimConfig
+from slca.config.engine import OptimConfig
 
 ENGINE_STATE = "engine.json"
 """Written last inside a checkpoint: engine kind, optimizer steps, world size."""

@@ -71,7 +71,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor, nn
 
-from slca.training.config import EngineConfig
+from slca.config.engine import EngineConfig
 from slca.training.deepspeed_engine import DeepSpeedEngine, deepspeed_config
 from slca.training.engine_support import (
     CLIENT_STATE,

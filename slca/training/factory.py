@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from slca.config import SimulatorConfig, TrainConfig
+from slca.config.simulator import SimulatorConfig
+from slca.config.train import TrainConfig
 from slca.data.record import TaskRecord
 from slca.rewards.judge_engine import build_scorer, check_judge
 from slca.simulator import Simulator

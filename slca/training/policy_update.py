@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from slca.config import TrainConfig
+from slca.config.train import TrainConfig
 from slca.losses import policy_loss
 from slca.training.batch import Batch, first_position, token_logprobs
 from slca.training.engines import UpdateEngine

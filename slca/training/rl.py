@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from slca.advantages import compute_advantages
-from slca.config import TrainConfig
+from slca.config.train import TrainConfig
 from slca.data.record import TaskRecord
 from slca.eval.in_domain import in_domain_metrics
 from slca.rewards.preference import SummaryScorer, build_summary_scorer

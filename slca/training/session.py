@@ -20,7 +20,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from slca.config import ConfigError, TrainConfig
+from slca.config import ConfigError
+from slca.config.train import TrainConfig
 from slca.data import io
 from slca.data.splits import draw_split, fitting_tasks
 from slca.tracking.run_file import RUN_FILE

@@ -17,17 +17,11 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from slca.config import (
-    ConfigError,
-    StrictModel,
-    TrainConfig,
-    add_override_option,
-    load_section,
-    overrides_of,
-)
+from slca.config import ConfigError, StrictModel, add_override_option, load_section, overrides_of
+from slca.config.engine import EngineConfig
+from slca.config.train import TrainConfig
 from slca.data import io
 from slca.jsonutil import canonical_json
-from slca.training.config import EngineConfig
 from slca.training.session import data_hashes, run_train
 
 MODEL_KINDS = ("tiny", "smollm2", "path")

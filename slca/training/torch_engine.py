@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 from torch.optim.lr_scheduler import LambdaLR
 
-from slca.training.config import EngineConfig
+from slca.config.engine import EngineConfig
 from slca.training.engine_support import (
     CLIENT_STATE,
     ENGINE_STATE,
@@ -37,7 +37,7 @@ class TorchEngine:
     """Plain ``torch.optim.AdamW``; one process, or one per device under ``torchrun``
     (``DistributedDataParallel``; gloo on CPU, NCCL on GPU). The CPU default.
 
-    The model moves to ``device`` (see :class:`~slca.training.config.EngineConfig`).
+    The model moves to ``device`` (see :class:`~slca.config.engine.EngineConfig`).
     ``bf16`` turns on ``torch.autocast`` for the forward (weights stay fp32; ``null``:
     on for a model on a bf16-capable GPU);
     ``gradient_checkpointing`` calls the model's ``gradient_checkpointing_enable``.

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks.credit import run as credit
-from slca.config import TrainConfig, load_section, parse_override
+from slca.config import load_section, parse_override
+from slca.config.train import TrainConfig
 
 REPO = Path(__file__).resolve().parents[2]
 

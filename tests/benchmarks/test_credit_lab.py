@@ -15,7 +15,8 @@ import torch
 import yaml
 
 from slca.advantages import compute_advantages, group_zscore
-from slca.config import TrainConfig, load_section, parse_override
+from slca.config import load_section, parse_override
+from slca.config.train import TrainConfig
 from slca.data.lab import CUE_TOOLS, cued_tool, lab_tasks
 from slca.grammar import ToolCall, render_tool_call
 from slca.rewards import score_batch

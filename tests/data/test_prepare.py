@@ -2,8 +2,9 @@ import json
 
 import pytest
 
+from slca.config import load_section
+from slca.config.data import PrepareParams, SplitParams
 from slca.data import io
-from slca.data.params import PrepareParams, SplitParams, load_params
 from slca.data.prepare import PrepareError, main, prepare
 from slca.data.splits import assign_splits, request_key
 
@@ -159,7 +160,7 @@ def test_cli_and_params(tmp_path):
         f"prepare:\n  sources: [synth]\n  out_dir: {tmp_path / 'o'}\n"
         f"  synth: {{n_tasks: 10}}\ntrain: {{lr: 1}}\n"
     )
-    assert load_params(params).prepare.synth.n_tasks == 10
+    assert load_section(params, "prepare", PrepareParams).synth.n_tasks == 10
     assert main(["--params", str(params)]) == 0
     assert (tmp_path / "o/manifest.json").exists()
     params.write_text("prepare:\n  sedd: 3\n")

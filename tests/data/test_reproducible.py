@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slca.data.params import PrepareParams
+from slca.config.data import PrepareParams
 from slca.data.prepare import prepare
 from slca.data.sources import MissingSource
 

@@ -2,8 +2,8 @@ import collections
 
 import pytest
 
+from slca.config.data import SynthParams
 from slca.data.checks import record_problems
-from slca.data.params import SynthParams
 from slca.data.synth import DOMAINS, TOOLS, generate, generate_task, task_kind
 
 
@@ -102,7 +102,7 @@ def test_unknown_domain_is_rejected():
 
 def test_the_params_know_exactly_the_generators_domains():
     # params validates names without importing the generator; the two lists must agree
-    from slca.data.params import SYNTH_DOMAINS
+    from slca.config.data import SYNTH_DOMAINS
 
     assert set(SYNTH_DOMAINS) == set(DOMAINS) == set(TOOLS)
     assert SynthParams(domains=list(SYNTH_DOMAINS)).domains == list(SYNTH_DOMAINS)

@@ -4,7 +4,7 @@ import pytest
 
 pytest.importorskip("great_expectations", reason="great-expectations is in the data extra")
 
-from slca.data.params import PrepareParams  # noqa: E402
+from slca.config.data import PrepareParams  # noqa: E402
 from slca.data.prepare import prepare  # noqa: E402
 from slca.data.validate import load_frame, main, run_suite  # noqa: E402
 

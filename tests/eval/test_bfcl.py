@@ -6,7 +6,7 @@ from collections import defaultdict
 
 import pytest
 
-from slca.data.params import PrepareParams
+from slca.config.data import PrepareParams
 from slca.data.prepare import collect
 from slca.data.record import Call, Message, TaskRecord, ToolSpec
 from slca.eval import bfcl

@@ -30,7 +30,7 @@ def test_pass1_is_the_mean_sample_and_passG_the_best_one():
 
 
 def test_measure_samples_groups_and_scores_them_against_gold():
-    from slca.data.params import SynthParams
+    from slca.config.data import SynthParams
     from slca.data.synth import generate
 
     tasks = [

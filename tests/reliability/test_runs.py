@@ -48,7 +48,7 @@ def unchanged(directory: Path, files: dict[str, str]) -> bool:
 
 def test_the_default_output_is_the_estimators_own_directory():
     from flows.train import train_config
-    from slca.config import TrainConfig
+    from slca.config.train import TrainConfig
 
     assert TrainConfig().out_dir == "models/rl/slca"
     assert TrainConfig(estimator="grpo").checkpoint_dir == "checkpoints/rl/grpo"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from slca.config.rewards import GroundedConfig, JudgeConfig, MarkerConfig, RewardModelConfig
 from slca.rewards import RewardConfig, available_summary_scorers, score, score_batch
-from slca.rewards.config import GroundedConfig, JudgeConfig, MarkerConfig, RewardModelConfig
 from slca.rewards.preference import (
     JudgeScorer,
     MarkerScorer,
@@ -46,13 +46,13 @@ def test_registry():
 
 
 def test_the_config_knows_the_built_in_scorers_without_importing_them_itself():
-    # slca.rewards.config does not import the scorers (no cycle); importing it alone
+    # slca.config.rewards does not import the scorers (no cycle); validating a name
     # still registers them, through the package
     import subprocess
     import sys
 
     code = (
-        "from slca.rewards.config import SummaryConfig\n"
+        "from slca.config.rewards import SummaryConfig\n"
         "for name in ('grounded', 'judge', 'marker'):\n"
         "    SummaryConfig(name=name)\n"
     )

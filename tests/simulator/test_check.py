@@ -5,21 +5,12 @@ import pytest
 pytest.importorskip("great_expectations", reason="great-expectations is in the data extra")
 
 from slca import ge  # noqa: E402
-from slca.data.params import (
-    PrepareParams,  # noqa: E402
-    SynthParams,  # noqa: E402
-)
+from slca.config.data import PrepareParams, SynthParams  # noqa: E402
+from slca.config.simulator import SimulatorCheckParams  # noqa: E402
 from slca.data.prepare import prepare  # noqa: E402
 from slca.data.synth import generate  # noqa: E402
 from slca.simulator import Simulator  # noqa: E402
-from slca.simulator.check import (  # noqa: E402
-    SUITE,
-    SimulatorCheckParams,
-    build_suite,
-    main,
-    resolve_references,
-    simulate_gold_calls,
-)
+from slca.simulator.check import SUITE, build_suite, main, resolve_references, simulate_gold_calls
 
 
 def test_references_resolve_through_keys_and_indices_or_not_at_all():

@@ -2,7 +2,7 @@
 
 import pytest
 
-from slca.data.params import SynthParams
+from slca.config.data import SynthParams
 from slca.data.synth import DOMAINS, generate
 from slca.simulator import Simulator, is_error
 

@@ -4,7 +4,7 @@ stage tests (test_stages.py, test_session.py)."""
 import pytest
 from helpers import tiny_params
 
-from slca.data.params import PrepareParams
+from slca.config.data import PrepareParams
 from slca.data.prepare import prepare
 from slca.training.stages import BaseModelParams, SFTParams, build_base_model, run_sft
 

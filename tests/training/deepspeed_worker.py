@@ -29,7 +29,7 @@ def main(stage: int, workdir: Path) -> dict:
         LOCAL_RANK="0",
         DS_ACCELERATOR="cpu",
     )
-    from slca.training.config import EngineConfig
+    from slca.config.engine import EngineConfig
     from slca.training.engines import DeepSpeedEngine, deepspeed_config
     from slca.training.tiny import tiny_model, train_tokenizer
 
@@ -85,7 +85,7 @@ def main(stage: int, workdir: Path) -> dict:
 
     hf = HFEngine(engine.module, tokenizer)
     hf.load_weights = lambda state: (_ for _ in ()).throw(AssertionError("synced"))
-    from slca.config import TrainConfig
+    from slca.config.train import TrainConfig
     from slca.simulator import Simulator
 
     trainer = Trainer(

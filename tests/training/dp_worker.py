@@ -18,14 +18,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ (helpers)
 
-from slca.config import TrainConfig  # noqa: E402
+from slca.config.train import TrainConfig  # noqa: E402
 from slca.rollout.engines import Generation  # noqa: E402
 
 SCRIPT_CITY = "Paris"
 
 
 def tasks():
-    from slca.data.params import SynthParams
+    from slca.config.data import SynthParams
     from slca.data.synth import generate
 
     return [

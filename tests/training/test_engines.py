@@ -16,8 +16,8 @@ import torch
 from pydantic import ValidationError
 from transformers import Qwen2ForCausalLM
 
+from slca.config.engine import DEEPSPEED_CONFIG_DIR, EngineConfig, OptimConfig
 from slca.training import engines
-from slca.training.config import DEEPSPEED_CONFIG_DIR, EngineConfig, OptimConfig
 from slca.training.engines import (
     TorchEngine,
     UpdateEngine,
@@ -285,7 +285,7 @@ def test_an_out_of_memory_error_names_the_micro_batch_setting():
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB")
     assert isinstance(info.value.__cause__, torch.cuda.OutOfMemoryError)
     # every key the hint names is a real setting: `-S <key>=...` would be accepted
-    from slca.config import TrainConfig
+    from slca.config.train import TrainConfig
 
     keys = re.findall(r"`(train\.[a-z_.]+)`", str(info.value))
     assert len(keys) == 3

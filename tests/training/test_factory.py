@@ -6,7 +6,8 @@ import sqlite3
 
 import pytest
 
-from slca.config import SimulatorConfig, SimulatorLLMConfig, TrainConfig
+from slca.config.simulator import SimulatorConfig, SimulatorLLMConfig
+from slca.config.train import TrainConfig
 from slca.locks import LockHeld
 from slca.simulator import Simulator
 from slca.training.factory import build_simulator

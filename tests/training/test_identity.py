@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from slca.config import TrainConfig
+from slca.config.train import TrainConfig
 from slca.training.identity import (
     RunConflict,
     RunIdentity,

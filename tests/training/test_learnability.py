@@ -21,11 +21,11 @@ from dataclasses import replace
 
 import pytest
 
-from slca.config import TrainConfig
+from slca.config.engine import EngineConfig
+from slca.config.train import TrainConfig
 from slca.data.record import TaskRecord
 from slca.rollout.engines import HFEngine
 from slca.simulator import Simulator
-from slca.training.config import EngineConfig
 from slca.training.engines import TorchEngine
 from slca.training.rl import Trainer
 from slca.training.sft import build_example, sft

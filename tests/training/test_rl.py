@@ -5,11 +5,11 @@ import torch
 from helpers import DESIGN_METRICS, ScriptedEngine
 from trainer_world import build_world, call, engine, make
 
-from slca.config import TrainConfig
+from slca.config.engine import EngineConfig
+from slca.config.train import TrainConfig
 from slca.rollout.engines import HFEngine
 from slca.simulator import Simulator
 from slca.training.checkpoints import latest_checkpoint
-from slca.training.config import EngineConfig
 from slca.training.engines import TorchEngine, load_hf_weights
 from slca.training.rl import Trainer, TrainingDiverged
 from slca.training.tiny import tiny_model
@@ -337,7 +337,6 @@ def test_a_judge_without_its_engine_is_refused_when_the_trainer_is_built(world, 
 
 
 def test_a_judge_on_a_local_tiny_model_scores_from_step_1(world, tmp_path):
-    from slca.config import TrainConfig
     from slca.rewards.judge_engine import build_scorer
 
     tasks, tokenizer = world

@@ -15,7 +15,7 @@ import torch
 import yaml
 from helpers import DESIGN_METRICS, tiny_params
 
-from slca.config import TrainConfig
+from slca.config.train import TrainConfig
 from slca.modeling import load_causal_lm
 from slca.training.checkpoints import latest_checkpoint
 from slca.training.session import run_train

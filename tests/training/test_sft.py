@@ -2,13 +2,13 @@ import json
 
 import pytest
 
-from slca.data.params import SynthParams
+from slca.config.data import SynthParams
+from slca.config.engine import EngineConfig
+from slca.config.rewards import GroundedConfig
 from slca.data.synth import generate
 from slca.grammar import parse_turn
-from slca.rewards.config import GroundedConfig
 from slca.rewards.preference import SummaryInput, grounded_details
 from slca.simulator import Simulator
-from slca.training.config import EngineConfig
 from slca.training.engines import TorchEngine
 from slca.training.sft import (
     build_example,

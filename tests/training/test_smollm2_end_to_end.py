@@ -53,10 +53,11 @@ def smollm2_params(root):
 
 
 def test_smollm2_sft_rl_with_vllm_rollouts_then_evaluation(tmp_path):
-    from slca.config import TrainConfig
-    from slca.data.params import PrepareParams
+    from slca.config.data import PrepareParams
+    from slca.config.evaluate import EvaluateParams
+    from slca.config.train import TrainConfig
     from slca.data.prepare import prepare
-    from slca.eval.stages import EvaluateParams, evaluate
+    from slca.eval.stages import evaluate
     from slca.modeling import load_causal_lm, load_tokenizer
     from slca.training.session import run_train
     from slca.training.stages import BaseModelParams, SFTParams, build_base_model, run_sft

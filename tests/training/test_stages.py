@@ -5,7 +5,7 @@ import pytest
 import torch
 from helpers import tiny_params
 
-from slca.config import TrainConfig
+from slca.config.train import TrainConfig
 from slca.modeling import load_causal_lm
 from slca.training.session import run_train
 from slca.training.stages import SFTParams, run_sft

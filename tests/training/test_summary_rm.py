@@ -5,11 +5,11 @@ import pytest
 from helpers import tiny_params
 from transformers import AutoTokenizer
 
-from slca.config import TrainConfig
+from slca.config.data import PrepareParams
+from slca.config.rewards import RewardModelConfig
+from slca.config.train import TrainConfig
 from slca.data import io
-from slca.data.params import PrepareParams
 from slca.data.prepare import prepare
-from slca.rewards.config import RewardModelConfig
 from slca.rewards.preference import RewardModelScorer, SummaryInput
 from slca.training.session import run_train
 from slca.training.sft import NO_CALL_REPLY, poor_summary, reference_summary

@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from slca.config import ConfigError, TrainConfig, load_section
+from slca.config import ConfigError, load_section
+from slca.config.train import TrainConfig
 
 
 def params_file(tmp_path, document):

@@ -1,16 +1,16 @@
-"""Typed parameters of the task-data stages, read from ``params.yaml``.
+"""The task-data sections of ``params.yaml``: ``prepare`` and ``validate``.
 
-``params.yaml`` is nested by DVC stage: ``prepare:`` and ``validate:``. Every field is
-checked when loaded (unknown keys are errors), so a typo fails loudly instead of being
-silently ignored. To be folded into ``slca/config.py``.
+Torch-free (the data stages import no torch). Every field is checked when loaded
+(unknown keys are errors), so a typo fails loudly instead of being silently ignored.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from slca.config.base import StrictModel, known_names
 
 TaskKind = Literal["single", "parallel", "multi_step", "no_call"]
 SourceName = Literal["synth", "nestful", "bfcl", "tau2"]
@@ -30,11 +30,7 @@ SYNTH_DOMAINS = ("weather", "currency", "flights", "shop")
 """The controlled generator's domains: the keys of ``slca.data.synth.DOMAINS``."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class SynthParams(_Strict):
+class SynthParams(StrictModel):
     """The controlled generator (``slca.data.synth``)."""
 
     n_tasks: int = Field(400, gt=0, description="How many tasks to generate.")
@@ -67,13 +63,10 @@ class SynthParams(_Strict):
     @field_validator("domains")
     @classmethod
     def _known(cls, v: list[str]) -> list[str]:
-        unknown = sorted(set(v) - set(SYNTH_DOMAINS))
-        if unknown:
-            raise ValueError(f"unknown domains {unknown}; known: {sorted(SYNTH_DOMAINS)}")
-        return v
+        return known_names(v, SYNTH_DOMAINS, "domains")
 
 
-class SplitParams(_Strict):
+class SplitParams(StrictModel):
     """Fractions of in-domain records per split (by near-duplicate group)."""
 
     train: float = Field(0.8, ge=0, le=1)
@@ -87,14 +80,14 @@ class SplitParams(_Strict):
         return self
 
 
-class NestfulParams(_Strict):
+class NestfulParams(StrictModel):
     subsets: list[Literal["executable", "glaive", "sgd", "complexfuncbench"]] = Field(
         default_factory=lambda: list(NESTFUL_SUBSETS),
         description="NESTFUL subsets to import (in-domain).",
     )
 
 
-class BfclParams(_Strict):
+class BfclParams(StrictModel):
     categories: list[str] = Field(
         default_factory=lambda: list(BFCL_CATEGORIES),
         description="BFCL v4 categories to import (eval-only).",
@@ -103,15 +96,10 @@ class BfclParams(_Strict):
     @field_validator("categories")
     @classmethod
     def _known(cls, v: list[str]) -> list[str]:
-        unknown = sorted(set(v) - set(BFCL_CATEGORIES))
-        if unknown:
-            raise ValueError(
-                f"unsupported BFCL categories {unknown}; supported: {list(BFCL_CATEGORIES)}"
-            )
-        return v
+        return known_names(v, BFCL_CATEGORIES, "BFCL categories")
 
 
-class Tau2Params(_Strict):
+class Tau2Params(StrictModel):
     domains: list[Literal["airline", "retail", "telecom"]] = Field(
         default_factory=lambda: list(TAU2_DOMAINS), description="τ² domains (eval-only)."
     )
@@ -122,7 +110,7 @@ class Tau2Params(_Strict):
     )
 
 
-class PrepareParams(_Strict):
+class PrepareParams(StrictModel):
     """The ``prepare`` stage: import, split, write parquet + manifest."""
 
     seed: int = Field(13, description="Seeds the generator and the split assignment.")
@@ -142,7 +130,7 @@ class PrepareParams(_Strict):
     tau2: Tau2Params = Field(default_factory=Tau2Params)
 
 
-class ValidateParams(_Strict):
+class ValidateParams(StrictModel):
     """The ``validate`` stage: Great Expectations over what ``prepare`` wrote."""
 
     in_dir: str = Field("data/tasks", description="Output of prepare.")
@@ -160,26 +148,3 @@ class ValidateParams(_Strict):
         if any(n < 0 for n in v.values()):
             raise ValueError("row counts must be >= 0")
         return v
-
-
-class DataParams(_Strict):
-    prepare: PrepareParams = Field(default_factory=PrepareParams)
-    validate_: ValidateParams = Field(default_factory=ValidateParams, alias="validate")
-
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
-
-
-def load_params(path: str | Path = "params.yaml") -> DataParams:
-    r"""Read the task-data sections of ``params.yaml`` strictly (see :mod:`slca.paramfile`:
-    duplicate keys, unknown sections, booleans as numbers and non-finite floats are
-    refused); errors are one-line :class:`~slca.paramfile.ConfigError`\ s."""
-    from slca.paramfile import parse_section, read_params
-
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such params file")
-    document = read_params(path)
-    return DataParams(
-        prepare=parse_section(document, "prepare", PrepareParams, path),
-        validate=parse_section(document, "validate", ValidateParams, path),
-    )

@@ -1,6 +1,7 @@
 import pytest
 
-from slca.config import AlgorithmConfig, ConfigError, load_section
+from slca.config import ConfigError, load_section
+from slca.config.algorithm import AlgorithmConfig
 
 
 def write(tmp_path, text):
@@ -98,7 +99,7 @@ def test_stage_clis_read_repeated_set_options_as_yaml_values():
 
 
 def test_estimator_shorthand_sets_the_advantage_estimator_and_must_agree():
-    from slca.config import TrainConfig
+    from slca.config.train import TrainConfig
 
     assert TrainConfig().estimator == TrainConfig().algorithm.advantage.estimator == "slca"
     short = TrainConfig(estimator="grpo")
@@ -118,7 +119,7 @@ def test_estimator_shorthand_sets_the_advantage_estimator_and_must_agree():
 
 
 def test_reference_profile_fills_in_every_setting_it_implies(tmp_path):
-    from slca.config import TrainConfig
+    from slca.config.train import TrainConfig
 
     path = write(tmp_path, "train:\n  algorithm:\n    profile: reference\n")
     cfg = load_section(path, "train", TrainConfig)
@@ -141,7 +142,7 @@ def test_reference_profile_fills_in_every_setting_it_implies(tmp_path):
 
 
 def test_default_profile_is_slcas_design_unchanged():
-    from slca.config import TrainConfig
+    from slca.config.train import TrainConfig
 
     cfg = TrainConfig()
     assert cfg.algorithm.profile == "default"
@@ -155,7 +156,7 @@ def test_default_profile_is_slcas_design_unchanged():
 
 
 def test_each_reference_setting_is_usable_on_its_own():
-    from slca.config import TrainConfig
+    from slca.config.train import TrainConfig
 
     for algorithm in (
         {"segments": {"mode": "mask_runs"}},
@@ -231,7 +232,7 @@ def test_each_reference_setting_is_usable_on_its_own():
     ],
 )
 def test_a_profile_and_a_setting_it_contradicts_are_refused_at_load(tmp_path, body, message):
-    from slca.config import TrainConfig
+    from slca.config.train import TrainConfig
 
     indented = "\n".join("  " + line for line in body.splitlines())
     path = write(tmp_path, "train:\n" + indented + "\n")
@@ -257,7 +258,7 @@ def test_a_profile_and_a_setting_it_contradicts_are_refused_at_load(tmp_path, bo
     ],
 )
 def test_a_run_that_cannot_happen_is_refused_at_load_naming_the_key(tmp_path, body, message):
-    from slca.config import TrainConfig
+    from slca.config.train import TrainConfig
 
     indented = "\n".join("  " + line for line in body.splitlines())
     path = write(tmp_path, "train:\n" + indented + "\n")
@@ -267,7 +268,7 @@ def test_a_run_that_cannot_happen_is_refused_at_load_naming_the_key(tmp_path, bo
 
 
 def test_an_evaluation_without_room_for_a_prompt_is_refused_naming_the_keys(tmp_path):
-    from slca.eval.stages import EvaluateParams
+    from slca.config.evaluate import EvaluateParams
 
     path = write(tmp_path, "evaluate:\n  max_total_tokens: 64\n  max_new_tokens: 96\n")
     with pytest.raises(ConfigError, match=r"evaluate: .*max_total_tokens \(64\) must exceed"):
@@ -275,7 +276,7 @@ def test_an_evaluation_without_room_for_a_prompt_is_refused_naming_the_keys(tmp_
 
 
 def test_the_length_unbiased_loss_divides_by_the_rollout_budget_unless_told():
-    from slca.config import TrainConfig
+    from slca.config.train import TrainConfig
 
     config = TrainConfig.model_validate({"rollout": {"max_new_tokens": 50, "max_turns": 3}})
     assert config.loss_norm_length == 150.0

@@ -1,18 +1,18 @@
 """The settings of one vLLM engine, torch-free so that any configuration section (the
-reward layer's judge included) can hold them without importing torch."""
+reward layer's judge, the simulator's ``llm`` backend) can hold them without torch."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from slca.config.base import StrictModel
 
 
-class VLLMConfig(BaseModel):
+class VLLMConfig(StrictModel):
     """One vLLM engine: precision, memory, parallelism. Used by ``train.rollout.vllm``,
     ``evaluate.vllm``, the simulator's ``llm`` backend and the judge."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     """Weights and activations. ``auto``: bfloat16 on CUDA; float32 on CPU, the

@@ -1,26 +1,17 @@
-"""Typed configuration of the reward layer, validated when it is loaded.
-
-Every field is documented where it is defined (the docstrings become the pydantic
-descriptions). The models mirror :class:`slca.config.StrictModel` (unknown keys are
-errors, instances are frozen) but are defined here so that importing the reward
-layer does not import torch.
-"""
+"""The reward layer's section (``train.rewards``, ``evaluate.rewards``): HierR and the
+summary scorers. Torch-free."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from slca.rewards.scorers import available_summary_scorers
-from slca.rollout.vllm_config import VLLMConfig
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+from slca.config.base import StrictModel, registered
+from slca.config.vllm import VLLMConfig
 
 
-class ProcessWeights(_Strict):
+class ProcessWeights(StrictModel):
     """Weights of the HierR process parts (each part lies in [0, 1])."""
 
     format: float = Field(0.10, ge=0)
@@ -42,7 +33,7 @@ class ProcessWeights(_Strict):
         return self
 
 
-class ExecutionWeights(_Strict):
+class ExecutionWeights(StrictModel):
     """Weights of the gold-free ``execution`` mode's parts."""
 
     format: float = Field(0.2, ge=0)
@@ -60,7 +51,7 @@ class ExecutionWeights(_Strict):
         return self
 
 
-class RedundancyConfig(_Strict):
+class RedundancyConfig(StrictModel):
     """Penalties subtracted from R_tool for redundant behaviour (counts are always reported)."""
 
     per_call: float = Field(0.1, ge=0)
@@ -71,7 +62,7 @@ class RedundancyConfig(_Strict):
     where every call is already redundant)."""
 
 
-class GuardConfig(_Strict):
+class GuardConfig(StrictModel):
     """The omission guard (DESIGN §2)."""
 
     enabled: bool = True
@@ -83,7 +74,7 @@ class GuardConfig(_Strict):
     penalty) is negative."""
 
 
-class GroundedConfig(_Strict):
+class GroundedConfig(StrictModel):
     """The deterministic ``grounded`` summary scorer."""
 
     response_values: Literal["fallback", "always"] = "fallback"
@@ -122,7 +113,7 @@ class GroundedConfig(_Strict):
         return self
 
 
-class TruncationConfig(_Strict):
+class TruncationConfig(StrictModel):
     """Rollouts cut off by a length limit (``max_new_tokens``, ``max_total_tokens`` or
     ``max_turn_bytes``) before the policy ended its turn."""
 
@@ -134,7 +125,7 @@ class TruncationConfig(_Strict):
     that finished, so nothing rewards stopping."""
 
 
-class JudgeConfig(_Strict):
+class JudgeConfig(StrictModel):
     """The ``judge`` summary scorer: an LLM rates the answer 1-5. The trainer runs it on
     a model of its own (never the policy: see docs/decisions.md, "Trainer factory")."""
 
@@ -165,7 +156,7 @@ class JudgeConfig(_Strict):
     """The tool results are cut to this many characters in the judge prompt."""
 
 
-class RewardModelConfig(_Strict):
+class RewardModelConfig(StrictModel):
     """The ``reward_model`` summary scorer: an HF sequence-classification checkpoint."""
 
     path: str | None = None
@@ -183,7 +174,7 @@ class RewardModelConfig(_Strict):
     """Map of a one-logit head's output: sigmoid into [0, 1], or the raw logit."""
 
 
-class MarkerConfig(_Strict):
+class MarkerConfig(StrictModel):
     """The ``marker`` summary scorer: a deterministic style check for controlled
     experiments (the credit lab), not a measure of summary quality."""
 
@@ -193,7 +184,7 @@ class MarkerConfig(_Strict):
     (:func:`slca.training.sft.reference_summary`), which the poor summary lacks."""
 
 
-class SummaryConfig(_Strict):
+class SummaryConfig(StrictModel):
     """Which R_summary scorer runs, and the settings of each."""
 
     name: str = "grounded"
@@ -210,11 +201,11 @@ class SummaryConfig(_Strict):
     @field_validator("name")
     @classmethod
     def _registered(cls, name: str) -> str:
-        if name not in available_summary_scorers():
-            raise ValueError(
-                f"unknown summary scorer {name!r}; valid: {', '.join(available_summary_scorers())}"
-            )
-        return name
+        # Here, not at the top: importing the registry imports slca.rewards, whose
+        # scorers register themselves and import this module for their settings.
+        from slca.rewards.scorers import available_summary_scorers
+
+        return registered(name, available_summary_scorers(), "summary scorer")
 
     @model_validator(mode="after")
     def _reward_model_has_path(self) -> SummaryConfig:
@@ -223,7 +214,7 @@ class SummaryConfig(_Strict):
         return self
 
 
-class RewardConfig(_Strict):
+class RewardConfig(StrictModel):
     """The reward layer: how R_tool and R_summary are computed and composed (HierR)."""
 
     mode: Literal["process", "execution", "reference"] = "process"

@@ -1,10 +1,5 @@
-"""Typed configuration of the update side: optimizer, schedule and engine.
-
-Validated when loaded (cross-field rules included), documented field by field; the
-docstrings become the pydantic descriptions. To be folded into ``slca.config`` as
-the ``train.engine`` section; kept here meanwhile so ``slca.config`` need not import
-the training stack.
-"""
+"""The update engine's section (``train.engine``, ``sft.engine``): optimizer, schedule,
+torch or DeepSpeed. Torch is imported only to check a device setting."""
 
 from __future__ import annotations
 
@@ -12,7 +7,9 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from slca.config.base import StrictModel
 
 DEEPSPEED_CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs" / "deepspeed"
 """The ZeRO-1/2/3 DeepSpeed configs kept in the repository (``zero{stage}.json``)."""
@@ -31,15 +28,7 @@ ENGINE_OWNED_KEYS = (
 that sets them would be a second source of truth, so it is rejected."""
 
 
-class _Strict(BaseModel):
-    """Unknown keys are errors (a typo must not silently fall back to a default)."""
-
-    model_config = ConfigDict(
-        extra="forbid", frozen=True, use_attribute_docstrings=True, allow_inf_nan=False
-    )
-
-
-class OptimConfig(_Strict):
+class OptimConfig(StrictModel):
     lr: float = Field(1e-6, gt=0)
     """Peak learning rate of AdamW (reached at the end of warm-up)."""
     betas: tuple[float, float] = (0.9, 0.999)
@@ -79,7 +68,7 @@ class OptimConfig(_Strict):
         return self
 
 
-class EngineConfig(_Strict):
+class EngineConfig(StrictModel):
     engine: Literal["torch", "deepspeed"] = "torch"
     """``torch``: plain PyTorch, one process (CPU default). ``deepspeed``: ZeRO through
     ``deepspeed.initialize``, one process per GPU under the deepspeed/torchrun launcher."""

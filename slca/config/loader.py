@@ -1,8 +1,8 @@
 """Reading params.yaml strictly: the loader every entry point shares.
 
-Light on purpose (yaml and pydantic only, no torch), so the data stages can use it;
-:mod:`slca.config` re-exports it. What it refuses, each as one line naming the file,
-the key and the constraint (:class:`ConfigError`):
+Light on purpose (yaml and pydantic only, no torch), so the data stages can use it.
+What it refuses, each as one line naming the file, the key and the constraint
+(:class:`ConfigError`):
 
 - a key given twice in one mapping (YAML would silently keep the last one);
 - a section, in the file or in a ``-S section.key=value`` override, that is none of
@@ -199,3 +199,17 @@ def add_override_option(parser: argparse.ArgumentParser, example: str) -> None:
 def overrides_of(args: argparse.Namespace) -> dict[str, Any]:
     """The ``-S`` overrides of parsed arguments, by dotted key."""
     return dict(parse_override(text) for text in args.set)
+
+
+def stage_parser(prog: str, example: str, **kwargs: Any) -> argparse.ArgumentParser:
+    """A stage CLI's parser: ``--params`` and the repeatable ``-S`` (read the section with
+    :func:`load_stage_section`); ``kwargs`` go to :class:`argparse.ArgumentParser`."""
+    parser = argparse.ArgumentParser(prog=prog, **kwargs)
+    parser.add_argument("--params", default="params.yaml", help="params file (default %(default)s)")
+    add_override_option(parser, example)
+    return parser
+
+
+def load_stage_section(args: argparse.Namespace, section: str, model: type[Model]) -> Model:
+    """``section`` of the parsed arguments' params file, with their ``-S`` overrides."""
+    return load_section(args.params, section, model, overrides_of(args))
