@@ -7,9 +7,9 @@ from typing import Any
 
 from prefect import flow
 
-from flows.params import DEFAULT_STATE_DIR, read_document, section
 from slca.training.stages import BaseModelParams, SFTParams
-from tasks.training import base_model_task, sft_task
+from slca_pipeline.flows.params import DEFAULT_STATE_DIR, read_document, section
+from slca_pipeline.tasks.training import base_model_task, sft_task
 
 
 @flow(name="sft", validate_parameters=True)

@@ -11,7 +11,7 @@ from prefect.cache_policies import NO_CACHE
 from slca.data.params import PrepareParams, ValidateParams
 from slca.data.prepare import DISTRIBUTIONS, prepare
 from slca.data.validate import validate_dir
-from tasks.steps import Step, as_paths, run_step
+from slca_pipeline.tasks.steps import Step, as_paths, run_step
 
 
 class ValidationFailed(RuntimeError):

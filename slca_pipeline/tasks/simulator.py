@@ -8,7 +8,7 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from slca.simulator.check import SimulatorCheckParams, validate_simulator
-from tasks.steps import Step, as_paths, run_step
+from slca_pipeline.tasks.steps import Step, as_paths, run_step
 
 
 class SimulatorCheckFailed(RuntimeError):

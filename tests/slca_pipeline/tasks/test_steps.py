@@ -4,7 +4,7 @@ import os
 
 from pydantic import BaseModel
 
-from tasks.steps import Step, run_step
+from slca_pipeline.tasks.steps import Step, run_step
 
 
 class Params(BaseModel):

@@ -27,10 +27,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
+import slca
 from slca.atomic import atomic_write_text
 
 #: The library whose code every step runs; a change to it re-runs every step.
-_CODE_ROOT = Path(__file__).resolve().parents[1] / "slca"
+_CODE_ROOT = Path(slca.__file__).resolve().parent
 
 
 def _digest(data: Any) -> str:

@@ -17,7 +17,7 @@ from slca.training.stages import (
     checkpoint_path,
     run_sft,
 )
-from tasks.steps import Step, as_paths, run_step, same_started_run
+from slca_pipeline.tasks.steps import Step, as_paths, run_step, same_started_run
 
 
 @task(name="base_model", cache_policy=NO_CACHE)

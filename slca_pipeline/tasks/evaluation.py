@@ -9,7 +9,7 @@ from prefect.cache_policies import NO_CACHE
 
 from slca.eval.report import report
 from slca.eval.stages import EvaluateParams, evaluate, tqdm_progress
-from tasks.steps import Step, as_paths, run_step
+from slca_pipeline.tasks.steps import Step, as_paths, run_step
 
 
 @task(name="evaluate", cache_policy=NO_CACHE)

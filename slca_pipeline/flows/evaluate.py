@@ -8,10 +8,10 @@ from typing import Annotated, Any
 from prefect import flow
 from pydantic import Field
 
-from flows.params import DEFAULT_STATE_DIR, read_document, section
 from slca.config import TrainConfig
 from slca.eval.stages import EvaluateParams
-from tasks.evaluation import evaluate_task, report_task
+from slca_pipeline.flows.params import DEFAULT_STATE_DIR, read_document, section
+from slca_pipeline.tasks.evaluation import evaluate_task, report_task
 
 DEFAULT_REPORT_DIR = Path("reports/summary")
 

@@ -8,12 +8,18 @@ from typing import Any
 
 from prefect import flow
 
-from flows.params import DEFAULT_STATE_DIR, Estimator, read_document, section
 from slca.config import TrainConfig
 from slca.data.params import ValidateParams
 from slca.training.stages import data_hashes, training_session
-from tasks.data import validate_task
-from tasks.training import rollout_task, score_task, train_done_task, train_plan_task, update_task
+from slca_pipeline.flows.params import DEFAULT_STATE_DIR, Estimator, read_document, section
+from slca_pipeline.tasks.data import validate_task
+from slca_pipeline.tasks.training import (
+    rollout_task,
+    score_task,
+    train_done_task,
+    train_plan_task,
+    update_task,
+)
 
 
 def train_config(

@@ -7,9 +7,9 @@ from typing import Any
 
 from prefect import flow
 
-from flows.params import DEFAULT_STATE_DIR, read_document, section
 from slca.simulator.check import SimulatorCheckParams
-from tasks.simulator import simulator_check_task
+from slca_pipeline.flows.params import DEFAULT_STATE_DIR, read_document, section
+from slca_pipeline.tasks.simulator import simulator_check_task
 
 
 @flow(name="simulator_check", validate_parameters=True)

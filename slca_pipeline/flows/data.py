@@ -7,9 +7,9 @@ from typing import Any
 
 from prefect import flow
 
-from flows.params import DEFAULT_STATE_DIR, read_document, section
 from slca.data.params import PrepareParams, ValidateParams
-from tasks.data import prepare_task, validate_task
+from slca_pipeline.flows.params import DEFAULT_STATE_DIR, read_document, section
+from slca_pipeline.tasks.data import prepare_task, validate_task
 
 
 @flow(name="data", validate_parameters=True)
