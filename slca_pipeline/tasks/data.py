@@ -5,13 +5,10 @@ from __future__ import annotations
 import importlib.metadata
 from typing import Any
 
-from prefect import get_run_logger, task
-from prefect.cache_policies import NO_CACHE
-
 from slca.data.params import PrepareParams, ValidateParams
 from slca.data.prepare import DISTRIBUTIONS, prepare
 from slca.data.validate import validate_dir
-from slca_pipeline.tasks.steps import Step, as_paths, run_step
+from slca_pipeline.tasks.steps import Step, as_paths, step_task
 
 
 class ValidationFailed(RuntimeError):
@@ -25,42 +22,31 @@ def _version(distribution: str) -> str:
         return "absent"
 
 
-@task(name="prepare", cache_policy=NO_CACHE)
-def prepare_task(params: PrepareParams, state_dir: str) -> dict[str, Any]:
+def prepare_step(params: PrepareParams) -> Step:
+    # the source packages' data is an input too: another version, another result
+    versions = tuple((d, _version(d)) for s in params.sources if (d := DISTRIBUTIONS.get(s)))
+    return Step("prepare", params, outputs=as_paths(params.out_dir), extra=versions)
+
+
+@step_task(prepare_step, name="prepare")
+def prepare_task(params: PrepareParams) -> dict[str, Any]:
     """Import, check and split the task data; returns the manifest's totals and rejects."""
-    step = Step(
-        "prepare",
-        params,
-        inputs=(),
-        outputs=as_paths(params.out_dir),
-        state_dir=state_dir,
-        extra=tuple((d, _version(d)) for s in params.sources if (d := DISTRIBUTIONS.get(s))),
+    manifest = prepare(params)
+    return {"totals": manifest["totals"], "rejected": manifest["rejected"]}
+
+
+def validate_step(params: ValidateParams) -> Step:
+    return Step(
+        "validate", params, inputs=as_paths(params.in_dir), outputs=as_paths(params.report_dir)
     )
 
-    def work() -> dict[str, Any]:
-        manifest = prepare(params)
-        return {"totals": manifest["totals"], "rejected": manifest["rejected"]}
 
-    return run_step(step, work, get_run_logger().info)
-
-
-@task(name="validate", cache_policy=NO_CACHE)
-def validate_task(params: ValidateParams, state_dir: str) -> list[str]:
+@step_task(validate_step, name="validate")
+def validate_task(params: ValidateParams) -> list[str]:
     """Run the data expectations; raises :class:`ValidationFailed` when any fails."""
-    step = Step(
-        "validate",
-        params,
-        inputs=as_paths(params.in_dir),
-        outputs=as_paths(params.report_dir),
-        state_dir=state_dir,
+    ok, failures = validate_dir(
+        params.in_dir, params.report_dir, params.max_examples, params.min_rows
     )
-
-    def work() -> list[str]:
-        ok, failures = validate_dir(
-            params.in_dir, params.report_dir, params.max_examples, params.min_rows
-        )
-        if not ok:
-            raise ValidationFailed("task data failed validation:\n  " + "\n  ".join(failures))
-        return failures
-
-    return run_step(step, work, get_run_logger().info)
+    if not ok:
+        raise ValidationFailed("task data failed validation:\n  " + "\n  ".join(failures))
+    return failures

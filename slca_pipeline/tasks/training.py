@@ -2,78 +2,77 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from slca.config import TrainConfig
 from slca.rewards.score import RewardBreakdown
-from slca.training.rl import Sampled, Trainer, latest_checkpoint
+from slca.training.rl import Sampled, Trainer
 from slca.training.stages import (
     BaseModelParams,
     SFTParams,
     build_base_model,
-    checkpoint_path,
+    data_hashes,
     run_sft,
+    training_session,
 )
-from slca_pipeline.tasks.steps import Step, as_paths, run_step, same_started_run
+from slca_pipeline.tasks.steps import Step, as_paths, step_task
 
 
-@task(name="base_model", cache_policy=NO_CACHE)
-def base_model_task(params: BaseModelParams, state_dir: str) -> str:
-    """Write the base checkpoint; returns its directory."""
-    step = Step(
+def base_model_step(params: BaseModelParams) -> Step:
+    return Step(
         "base_model",
         params,
         inputs=as_paths(params.path if params.kind == "path" else params.in_dir),
         outputs=as_paths(params.out_dir),
-        state_dir=state_dir,
     )
-    return run_step(step, lambda: str(build_base_model(params)), get_run_logger().info)
 
 
-@task(name="sft", cache_policy=NO_CACHE)
-def sft_task(params: SFTParams, state_dir: str) -> dict[str, float]:
-    """SFT warm start; returns the first/last loss figures."""
-    step = Step(
+@step_task(base_model_step, name="base_model")
+def base_model_task(params: BaseModelParams) -> str:
+    """Write the base checkpoint; returns its directory."""
+    return str(build_base_model(params))
+
+
+def sft_step(params: SFTParams) -> Step:
+    return Step(
         "sft",
         params,
         inputs=as_paths(params.base_dir, params.in_dir),
         outputs=as_paths(params.out_dir),
-        state_dir=state_dir,
     )
-    return run_step(step, lambda: run_sft(params), get_run_logger().info)
 
 
-def _train_step_record(config: TrainConfig, state_dir: str) -> Step:
+@step_task(sft_step, name="sft")
+def sft_task(params: SFTParams) -> dict[str, float]:
+    """SFT warm start; returns the first/last loss figures."""
+    return run_sft(params)
+
+
+def train_step(params: TrainConfig) -> Step:
     return Step(
         "train",
-        config,
-        inputs=as_paths(config.init_dir, config.in_dir),
-        outputs=as_paths(config.out_dir),
-        state_dir=state_dir,
+        params,
+        inputs=as_paths(params.init_dir, params.in_dir),
+        outputs=as_paths(params.out_dir),
     )
 
 
-@task(name="train-plan", cache_policy=NO_CACHE)
-def train_plan_task(config: TrainConfig, state_dir: str) -> dict[str, Any]:
-    """Whether the RL stage is up to date (``{"run_id": …}``) or must run, resuming
-    (``{"resume": True}``) when an interrupted stage started with the same params, code
-    and inputs. It removes nothing: the run itself refuses checkpoints of another
-    configuration (or replaces them under ``overwrite``, after its inputs load)."""
-    logger = get_run_logger()
-    step = _train_step_record(config, state_dir)
-    record = step.up_to_date()
-    if record is not None:
-        logger.info(f"train: up to date ({config.out_dir}); skipped")
-        return {"run_id": record["result"]}
-    checkpoint = latest_checkpoint(checkpoint_path(config))
-    resume = checkpoint is not None and same_started_run(step)
-    if resume:
-        logger.info(f"train: resuming from {checkpoint}")
-    step.mark("started")
-    return {"run_id": None, "resume": resume}
+@step_task(train_step, name="train")
+def train_task(params: TrainConfig, overwrite: bool = False) -> str:
+    """One RL stage, each cycle's rollout, score and update a task of its own (the
+    trainer and its model stay in this process between them); returns the MLflow run id.
+
+    Like the DVC stage, it always asks to resume: the run continues an interrupted run of
+    its own configuration from its newest checkpoint, starts fresh where there is none,
+    and refuses checkpoints of another configuration unless ``overwrite``
+    (:func:`slca.training.identity.plan_start`)."""
+    hashes = data_hashes(params.in_dir)
+    with training_session(params, resume=True, overwrite=overwrite, data_hashes=hashes) as trainer:
+        while not trainer.done:
+            sampled = rollout_task(trainer)
+            update_task(trainer, sampled, score_task(trainer, sampled))
+    return trainer.state.run_id
 
 
 # Rollouts and scoring change no trainer state and talk to the simulator or a judge
@@ -104,10 +103,3 @@ def update_task(
     )
     get_run_logger().info(f"train: step {trainer.state.step}/{trainer.config.steps}: {figures}")
     return metrics
-
-
-@task(name="train-done", cache_policy=NO_CACHE)
-def train_done_task(config: TrainConfig, state_dir: str, run_id: str) -> str:
-    """Record the RL stage as completed (its outputs are written)."""
-    _train_step_record(config, state_dir).mark("completed", run_id)
-    return run_id

@@ -10,7 +10,6 @@ import json
 import pytest
 
 import slca.training.rl
-import slca_pipeline.flows.train
 import slca_pipeline.tasks.data
 import slca_pipeline.tasks.training
 from slca.config import ConfigError
@@ -38,7 +37,7 @@ class Calls:
             (slca_pipeline.tasks.data, "validate_dir"),
             (slca_pipeline.tasks.training, "build_base_model"),
             (slca_pipeline.tasks.training, "run_sft"),
-            (slca_pipeline.flows.train, "training_session"),
+            (slca_pipeline.tasks.training, "training_session"),
         ):
             self._spy(monkeypatch, module, name)
 
@@ -201,8 +200,9 @@ def test_each_rl_cycle_runs_as_rollout_score_and_update_tasks(runs):
             )
 
     names = asyncio.run(task_names())
-    # validation gates training: the flow runs (here: skips, up to date) validate first
-    expected = ["validate", "train-plan", "train-done", *["rollout", "score", "update"] * 2]
+    # validation gates training: the flow runs (here: a cache hit) validate first; the
+    # RL stage is one cached `train` task whose cycles run as its own tasks
+    expected = ["validate", "train", *["rollout", "score", "update"] * 2]
     assert names == sorted(expected), names
 
 
