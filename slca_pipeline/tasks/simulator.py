@@ -4,12 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from prefect import get_run_logger, task
-from prefect.cache_policies import NO_CACHE
-
 from slca.config.simulator import SimulatorCheckParams
 from slca.simulator.check import validate_simulator
-from tasks.steps import Step, as_paths, run_step
+from slca_pipeline.tasks.steps import Step, as_paths, step_task
 
 
 class SimulatorCheckFailed(RuntimeError):
@@ -28,29 +25,27 @@ def _transient(task, task_run, state) -> bool:
     return False
 
 
-@task(
-    name="simulator_check",
-    cache_policy=NO_CACHE,
-    retries=2,
-    retry_delay_seconds=5,
-    retry_condition_fn=_transient,
-)
-def simulator_check_task(params: SimulatorCheckParams, state_dir: str) -> dict[str, Any]:
-    """Simulate the split's gold calls and check the responses; returns the summary."""
-    step = Step(
+def simulator_check_step(params: SimulatorCheckParams) -> Step:
+    return Step(
         "simulator_check",
         params,
         inputs=as_paths(params.in_dir),
         outputs=as_paths(params.report_dir),
-        state_dir=state_dir,
     )
 
-    def work() -> dict[str, Any]:
-        ok, failures, summary = validate_simulator(params)
-        if not ok:
-            raise SimulatorCheckFailed(
-                "simulator responses failed the check:\n  " + "\n  ".join(failures)
-            )
-        return summary
 
-    return run_step(step, work, get_run_logger().info)
+@step_task(
+    simulator_check_step,
+    name="simulator_check",
+    retries=2,
+    retry_delay_seconds=5,
+    retry_condition_fn=_transient,
+)
+def simulator_check_task(params: SimulatorCheckParams) -> dict[str, Any]:
+    """Simulate the split's gold calls and check the responses; returns the summary."""
+    ok, failures, summary = validate_simulator(params)
+    if not ok:
+        raise SimulatorCheckFailed(
+            "simulator responses failed the check:\n  " + "\n  ".join(failures)
+        )
+    return summary

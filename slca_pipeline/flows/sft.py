@@ -7,9 +7,10 @@ from typing import Any
 
 from prefect import flow
 
-from flows.params import DEFAULT_STATE_DIR, read_document, section
 from slca.training.stages import BaseModelParams, SFTParams
-from tasks.training import base_model_task, sft_task
+from slca_pipeline.flows.params import DEFAULT_STATE_DIR, read_document, section
+from slca_pipeline.tasks.steps import run_step
+from slca_pipeline.tasks.training import base_model_task, sft_task
 
 
 @flow(name="sft", validate_parameters=True)
@@ -22,8 +23,8 @@ def sft(
     document = read_document(params_file, overrides)
     base = section(document, "base_model", BaseModelParams, params_file)
     sft_params = section(document, "sft", SFTParams, params_file)
-    base_model_task(base, str(state_dir))
-    return sft_task(sft_params, str(state_dir))
+    run_step(base_model_task, base, state_dir)
+    return run_step(sft_task, sft_params, state_dir)
 
 
 if __name__ == "__main__":

@@ -7,9 +7,10 @@ from typing import Any
 
 from prefect import flow
 
-from flows.params import DEFAULT_STATE_DIR, read_document
 from slca.simulator.check import check_params
-from tasks.simulator import simulator_check_task
+from slca_pipeline.flows.params import DEFAULT_STATE_DIR, read_document
+from slca_pipeline.tasks.simulator import simulator_check_task
+from slca_pipeline.tasks.steps import run_step
 
 
 @flow(name="simulator_check", validate_parameters=True)
@@ -21,7 +22,7 @@ def simulator_check(
     """The ``simulator_check`` section of ``params_file``; returns the check's summary."""
     document = read_document(params_file, overrides)
     params = check_params(document, params_file)  # refused unless train.simulator's backend
-    return simulator_check_task(params, str(state_dir))
+    return run_step(simulator_check_task, params, state_dir)
 
 
 if __name__ == "__main__":

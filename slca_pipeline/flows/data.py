@@ -7,9 +7,10 @@ from typing import Any
 
 from prefect import flow
 
-from flows.params import DEFAULT_STATE_DIR, read_document, section
 from slca.config.data import PrepareParams, ValidateParams
-from tasks.data import prepare_task, validate_task
+from slca_pipeline.flows.params import DEFAULT_STATE_DIR, read_document, section
+from slca_pipeline.tasks.data import prepare_task, validate_task
+from slca_pipeline.tasks.steps import run_step
 
 
 @flow(name="data", validate_parameters=True)
@@ -22,8 +23,8 @@ def data(
     document = read_document(params_file, overrides)
     prepare_params = section(document, "prepare", PrepareParams, params_file)
     validate_params = section(document, "validate", ValidateParams, params_file)
-    summary = prepare_task(prepare_params, str(state_dir))
-    validate_task(validate_params, str(state_dir))
+    summary = run_step(prepare_task, prepare_params, state_dir)
+    run_step(validate_task, validate_params, state_dir)
     return summary
 
 

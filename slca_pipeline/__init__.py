@@ -1,7 +1,8 @@
-"""Prefect flows: compose the tasks in ``tasks/`` (DESIGN §6).
+"""slca's orchestration: Prefect tasks (:mod:`slca_pipeline.tasks`) and flows
+(:mod:`slca_pipeline.flows`) around the library in ``slca/``, which imports neither
+Prefect nor DVC (DESIGN §6). Deployments: ``prefect.yaml``; DVC stages: ``dvc.yaml``.
 
-``data`` (prepare + validate), ``simulator_check``, ``sft`` (base model + SFT),
-``train`` (one RL stage) and ``pipeline`` (all of them). Deployments: ``prefect.yaml``.
+Prefect's settings below are fixed here, before any task or flow module imports Prefect.
 """
 
 import os

@@ -12,16 +12,16 @@ from typing import Annotated, Any
 from prefect import flow
 from pydantic import Field
 
-from flows.data import data
-from flows.evaluate import evaluate, evaluate_params
-from flows.params import DEFAULT_STATE_DIR, Estimator, read_document, section
-from flows.sft import sft
-from flows.simulator_check import simulator_check
-from flows.train import train, train_config
 from slca.config.data import PrepareParams, ValidateParams
 from slca.rollout.vllm_engine import check_engine
 from slca.simulator.check import check_params
 from slca.training.stages import BaseModelParams, SFTParams
+from slca_pipeline.flows.data import data
+from slca_pipeline.flows.evaluate import evaluate, evaluate_params
+from slca_pipeline.flows.params import DEFAULT_STATE_DIR, Estimator, read_document, section
+from slca_pipeline.flows.sft import sft
+from slca_pipeline.flows.simulator_check import simulator_check
+from slca_pipeline.flows.train import train, train_config
 
 
 @flow(name="pipeline", validate_parameters=True)

@@ -1,5 +1,5 @@
-"""The ``train`` flow: one RL stage from the SFT model, each cycle's rollout, score and
-update as tasks (the trainer and its model stay in this process between them)."""
+"""The ``train`` flow: one RL stage from the SFT model (the ``train`` task, whose
+rollout, score and update tasks run each cycle), after the task data passed validation."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from typing import Any
 
 from prefect import flow
 
-from flows.params import DEFAULT_STATE_DIR, Estimator, read_document, section
 from slca.config.data import ValidateParams
 from slca.config.train import TrainConfig
-from slca.training.session import data_hashes, training_session
-from tasks.data import validate_task
-from tasks.training import rollout_task, score_task, train_done_task, train_plan_task, update_task
+from slca_pipeline.flows.params import DEFAULT_STATE_DIR, Estimator, read_document, section
+from slca_pipeline.tasks.data import validate_task
+from slca_pipeline.tasks.steps import run_step
+from slca_pipeline.tasks.training import train_task
 
 
 def train_config(
@@ -50,18 +50,8 @@ def train(
     run replace another configuration's checkpoints and output."""
     document = read_document(params_file, overrides)
     config = train_config(document, params_file, estimator)
-    validate_task(section(document, "validate", ValidateParams, params_file), str(state_dir))
-    plan = train_plan_task(config, str(state_dir))
-    if plan["run_id"] is not None:
-        return plan["run_id"]
-    hashes = data_hashes(config.in_dir)
-    with training_session(
-        config, resume=plan["resume"], overwrite=overwrite, data_hashes=hashes
-    ) as trainer:
-        while not trainer.done:
-            sampled = rollout_task(trainer)
-            update_task(trainer, sampled, score_task(trainer, sampled))
-    return train_done_task(config, str(state_dir), trainer.state.run_id)
+    run_step(validate_task, section(document, "validate", ValidateParams, params_file), state_dir)
+    return run_step(train_task, config, state_dir, overwrite=overwrite)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 PREFECT = [sys.executable, "-m", "prefect"]
 
 pytestmark = pytest.mark.slow
@@ -143,6 +143,6 @@ def test_every_deployment_points_at_a_flow_its_parameters_fit():
         seen.add((flow.name, deployment["work_pool"]["name"]))
     flows = {"data", "simulator_check", "sft", "train", "evaluate", "pipeline"}
     assert seen == {(f, pool) for f in flows for pool in ("cpu", "gpu")}
-    evaluate = importlib.import_module("flows.evaluate").evaluate
+    evaluate = importlib.import_module("slca_pipeline.flows.evaluate").evaluate
     with pytest.raises(Exception, match="models"):  # the check can fail
         evaluate.validate_parameters({"models": {}})

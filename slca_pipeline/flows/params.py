@@ -11,7 +11,8 @@ from slca.advantages import available_estimators
 from slca.config import SECTIONS, ConfigError, parse_section, read_params
 
 __all__ = ["SECTIONS", "read_document", "section"]
-#: Where step records live unless a flow is told otherwise (see tasks/steps.py).
+#: Where Prefect keeps the steps' cache records unless a flow is told otherwise
+#: (slca_pipeline/tasks/steps.py).
 DEFAULT_STATE_DIR = Path(".slca/flows")
 
 Estimator = Literal[*available_estimators()]  # type: ignore[valid-type]

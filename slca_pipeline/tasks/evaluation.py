@@ -10,22 +10,25 @@ from prefect.cache_policies import NO_CACHE
 from slca.config.evaluate import EvaluateParams
 from slca.eval.report import report
 from slca.eval.stages import evaluate, tqdm_progress
-from tasks.steps import Step, as_paths, run_step
+from slca_pipeline.tasks.steps import Step, as_paths, step_task
 
 
-@task(name="evaluate", cache_policy=NO_CACHE)
-def evaluate_task(params: EvaluateParams, state_dir: str) -> dict[str, float]:
-    """Greedy rollouts of ``params.model_dir`` scored; returns the metrics."""
-    step = Step(
+def evaluate_step(params: EvaluateParams) -> Step:
+    return Step(
         "evaluate",
         params,
         inputs=as_paths(params.model_dir, params.in_dir),
         outputs=as_paths(params.report_path),
-        state_dir=state_dir,
     )
-    return run_step(step, lambda: evaluate(params, progress=tqdm_progress()), get_run_logger().info)
 
 
+@step_task(evaluate_step, name="evaluate")
+def evaluate_task(params: EvaluateParams) -> dict[str, float]:
+    """Greedy rollouts of ``params.model_dir`` scored; returns the metrics."""
+    return evaluate(params, progress=tqdm_progress())
+
+
+# Not a cached step: it reads every finished run of the experiment, which no key covers.
 @task(name="report", cache_policy=NO_CACHE)
 def report_task(tracking_dir: str, experiment: str, out_dir: str) -> str:
     """The comparison of every finished run of ``experiment``; returns report.md's path."""

@@ -8,10 +8,11 @@ from typing import Annotated, Any
 from prefect import flow
 from pydantic import Field
 
-from flows.params import DEFAULT_STATE_DIR, read_document, section
 from slca.config.evaluate import EvaluateParams
 from slca.config.train import TrainConfig
-from tasks.evaluation import evaluate_task, report_task
+from slca_pipeline.flows.params import DEFAULT_STATE_DIR, read_document, section
+from slca_pipeline.tasks.evaluation import evaluate_task, report_task
+from slca_pipeline.tasks.steps import run_step
 
 DEFAULT_REPORT_DIR = Path("reports/summary")
 
@@ -54,7 +55,7 @@ def evaluate(
     document = read_document(params_file, overrides)
     settings = {name: evaluate_params(document, params_file, d, name) for name, d in models.items()}
     for params in settings.values():
-        evaluate_task(params, str(state_dir))
+        run_step(evaluate_task, params, state_dir)
     train = section(document, "train", TrainConfig, params_file)
     return report_task(train.tracking_dir, train.experiment, str(report_dir))
 

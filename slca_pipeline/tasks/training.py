@@ -1,0 +1,99 @@
+"""Training tasks: base model, SFT, one RL stage (slca.training.stages)."""
+
+from __future__ import annotations
+
+from prefect import get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+
+from slca.config.train import TrainConfig
+from slca.rewards.score import RewardBreakdown
+from slca.training.rl import Sampled, Trainer
+from slca.training.session import data_hashes, training_session
+from slca.training.stages import BaseModelParams, SFTParams, build_base_model, run_sft
+from slca_pipeline.tasks.steps import Step, as_paths, step_task
+
+
+def base_model_step(params: BaseModelParams) -> Step:
+    return Step(
+        "base_model",
+        params,
+        inputs=as_paths(params.path if params.kind == "path" else params.in_dir),
+        outputs=as_paths(params.out_dir),
+    )
+
+
+@step_task(base_model_step, name="base_model")
+def base_model_task(params: BaseModelParams) -> str:
+    """Write the base checkpoint; returns its directory."""
+    return str(build_base_model(params))
+
+
+def sft_step(params: SFTParams) -> Step:
+    return Step(
+        "sft",
+        params,
+        inputs=as_paths(params.base_dir, params.in_dir),
+        outputs=as_paths(params.out_dir),
+    )
+
+
+@step_task(sft_step, name="sft")
+def sft_task(params: SFTParams) -> dict[str, float]:
+    """SFT warm start; returns the first/last loss figures."""
+    return run_sft(params)
+
+
+def train_step(params: TrainConfig) -> Step:
+    return Step(
+        "train",
+        params,
+        inputs=as_paths(params.init_dir, params.in_dir),
+        outputs=as_paths(params.out_dir),
+    )
+
+
+@step_task(train_step, name="train")
+def train_task(params: TrainConfig, overwrite: bool = False) -> str:
+    """One RL stage, each cycle's rollout, score and update a task of its own (the
+    trainer and its model stay in this process between them); returns the MLflow run id.
+
+    Like the DVC stage, it always asks to resume: the run continues an interrupted run of
+    its own configuration from its newest checkpoint, starts fresh where there is none,
+    and refuses checkpoints of another configuration unless ``overwrite``
+    (:func:`slca.training.identity.plan_start`)."""
+    hashes = data_hashes(params.in_dir)
+    with training_session(params, resume=True, overwrite=overwrite, data_hashes=hashes) as trainer:
+        while not trainer.done:
+            sampled = rollout_task(trainer)
+            update_task(trainer, sampled, score_task(trainer, sampled))
+    return trainer.state.run_id
+
+
+# Rollouts and scoring change no trainer state and talk to the simulator or a judge
+# (possibly remote): they may be retried. The update may not (it steps the optimizer).
+@task(name="rollout", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
+def rollout_task(trainer: Trainer) -> Sampled:
+    """The next step's tasks, ``group_size`` rollouts each."""
+    return trainer.sample()
+
+
+@task(name="score", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
+def score_task(trainer: Trainer, sampled: Sampled) -> list[RewardBreakdown]:
+    """HierR of every rollout."""
+    return trainer.score(sampled)
+
+
+@task(name="update", cache_policy=NO_CACHE)
+def update_task(
+    trainer: Trainer, sampled: Sampled, scores: list[RewardBreakdown]
+) -> dict[str, float]:
+    """Advantages and the policy update; logs the step and checkpoints when due."""
+    metrics = trainer.learn(sampled, scores)
+    trainer.end_step(metrics)
+    figures = ", ".join(
+        f"{k}={metrics[k]:.3f}"
+        for k in ("reward/tool", "reward/sum", "actor/pg_loss")
+        if k in metrics
+    )
+    get_run_logger().info(f"train: step {trainer.state.step}/{trainer.config.steps}: {figures}")
+    return metrics
