@@ -496,8 +496,9 @@ def result(side, args, timer, ends, tokens, rss_ready) -> dict[str, Any]:
 def build_workspace(args, workspace: Path) -> dict[str, Any]:
     """Tasks and the tiny model, written once; both sides load them from disk."""
     from slca.config.data import SynthParams
+    from slca.config.steps import BaseModelParams
     from slca.data.synth import generate
-    from slca.training.stages import BaseModelParams, _texts_for_tokenizer
+    from slca.training.stages import _texts_for_tokenizer
     from slca.training.tiny import tiny_model, train_tokenizer
 
     tasks = generate(SynthParams(n_tasks=args.n_tasks), seed=args.seed)

@@ -285,7 +285,8 @@ class Check:
         return {"synth_tasks": n}
 
     def base_model(self) -> dict[str, Any]:
-        from slca.training.stages import BaseModelParams, build_base_model
+        from slca.config.steps import BaseModelParams
+        from slca.training.stages import build_base_model
 
         out, args = self.model("base"), self.args
         if self.smoke:
@@ -330,7 +331,8 @@ class Check:
 
     def sft(self) -> dict[str, Any]:
         from slca.config.engine import EngineConfig
-        from slca.training.stages import SFTParams, run_sft
+        from slca.config.steps import SFTParams
+        from slca.training.stages import run_sft
 
         smoke = self.smoke
         params = SFTParams(

@@ -13,9 +13,9 @@ from prefect import flow
 from pydantic import Field
 
 from slca.config.data import PrepareParams, ValidateParams
+from slca.config.steps import BaseModelParams, SFTParams
 from slca.rollout.vllm_engine import check_engine
 from slca.simulator.check import check_params
-from slca.training.stages import BaseModelParams, SFTParams
 from slca_pipeline.flows.data import data
 from slca_pipeline.flows.evaluate import evaluate, evaluate_params
 from slca_pipeline.flows.params import DEFAULT_STATE_DIR, Estimator, read_document, section

@@ -7,7 +7,7 @@ from typing import Any
 
 from prefect import flow
 
-from slca.training.stages import BaseModelParams, SFTParams
+from slca.config.steps import BaseModelParams, SFTParams
 from slca_pipeline.flows.params import DEFAULT_STATE_DIR, read_document, section
 from slca_pipeline.tasks.steps import run_step
 from slca_pipeline.tasks.training import base_model_task, sft_task

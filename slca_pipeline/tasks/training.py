@@ -5,11 +5,12 @@ from __future__ import annotations
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
+from slca.config.steps import BaseModelParams, SFTParams
 from slca.config.train import TrainConfig
 from slca.rewards.score import RewardBreakdown
 from slca.training.rl import Sampled, Trainer
 from slca.training.session import data_hashes, training_session
-from slca.training.stages import BaseModelParams, SFTParams, build_base_model, run_sft
+from slca.training.stages import build_base_model, run_sft
 from slca_pipeline.tasks.steps import Step, as_paths, step_task
 
 

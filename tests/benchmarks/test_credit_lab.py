@@ -16,13 +16,13 @@ import yaml
 
 from slca.advantages import compute_advantages, group_zscore
 from slca.config import load_section, parse_override
+from slca.config.steps import BaseModelParams, SFTParams
 from slca.config.train import TrainConfig
 from slca.data.lab import CUE_TOOLS, cued_tool, lab_tasks
 from slca.grammar import ToolCall, render_tool_call
 from slca.rewards import score_batch
 from slca.rollout.types import ExecutedCall, Rollout, Turn
 from slca.training.sft import poor_summary, reference_summary
-from slca.training.stages import BaseModelParams, SFTParams
 
 REPO = Path(__file__).resolve().parents[2]
 PARAMS = REPO / "benchmarks/credit/lab.yaml"

@@ -7,6 +7,7 @@ from helpers import tiny_params
 
 from slca.config.data import PrepareParams
 from slca.config.evaluate import EvaluateParams
+from slca.config.steps import BaseModelParams, SFTParams
 from slca.config.train import TrainConfig
 from slca.data import io
 from slca.data.prepare import prepare
@@ -16,7 +17,7 @@ from slca.grammar import parse_turn
 from slca.rollout.types import ExecutedCall, Rollout, Turn
 from slca.tracking import RUN_FILE, experiment_runs
 from slca.training.session import run_train
-from slca.training.stages import BaseModelParams, SFTParams, build_base_model, run_sft
+from slca.training.stages import build_base_model, run_sft
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,9 @@ from helpers import tiny_params
 @pytest.fixture(scope="session")
 def workspace(tmp_path_factory) -> Path:
     from slca.config.data import PrepareParams
+    from slca.config.steps import BaseModelParams, SFTParams
     from slca.data.prepare import prepare
-    from slca.training.stages import BaseModelParams, SFTParams, build_base_model, run_sft
+    from slca.training.stages import build_base_model, run_sft
 
     root = tmp_path_factory.mktemp("reliability")
     params = tiny_params(root)

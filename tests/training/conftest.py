@@ -5,8 +5,9 @@ import pytest
 from helpers import tiny_params
 
 from slca.config.data import PrepareParams
+from slca.config.steps import BaseModelParams, SFTParams
 from slca.data.prepare import prepare
-from slca.training.stages import BaseModelParams, SFTParams, build_base_model, run_sft
+from slca.training.stages import build_base_model, run_sft
 
 
 @pytest.fixture(scope="package")

@@ -55,12 +55,13 @@ def smollm2_params(root):
 def test_smollm2_sft_rl_with_vllm_rollouts_then_evaluation(tmp_path):
     from slca.config.data import PrepareParams
     from slca.config.evaluate import EvaluateParams
+    from slca.config.steps import BaseModelParams, SFTParams
     from slca.config.train import TrainConfig
     from slca.data.prepare import prepare
     from slca.eval.stages import evaluate
     from slca.modeling import load_causal_lm, load_tokenizer
     from slca.training.session import run_train
-    from slca.training.stages import BaseModelParams, SFTParams, build_base_model, run_sft
+    from slca.training.stages import build_base_model, run_sft
 
     params = smollm2_params(tmp_path)
     prepare(PrepareParams(**params["prepare"]))

