@@ -202,7 +202,7 @@ def test_a_run_without_tracking_needs_no_mlflow(workspace, tmp_path):
     script = (
         "import sys\n"
         "sys.modules['mlflow'] = None  # import mlflow now raises ImportError\n"
-        "from slca.config import TrainConfig\n"
+        "from slca.config.train import TrainConfig\n"
         "from slca.training.session import run_train\n"
         "assert run_train(TrainConfig.model_validate_json(sys.argv[1]), track=False) is None\n"
     )
