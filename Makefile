@@ -45,7 +45,7 @@ LINTED := slca slca_pipeline tests benchmarks tools
 test: $(STAMP) chromium
 	$(PY) -m ruff check $(LINTED)
 	$(PY) -m ruff format --check -q $(LINTED)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
 
 lint: $(STAMP)
 	$(PY) -m ruff check $(LINTED)
