@@ -116,6 +116,8 @@ def tiny_params(root: Path) -> dict:
             "out_dir": str(root / "models/rl"),
             "checkpoint_dir": str(root / "ckpt"),
             "tracking_dir": str(root / "mlflow"),
+            # dvc.yaml's simulator_check stage reads this key, so DVC needs it written
+            "simulator": {"backend": "schema"},
             "rollout": {
                 "tasks_per_step": 2,
                 "group_size": 2,
