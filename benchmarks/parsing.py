@@ -31,6 +31,7 @@ SHAPES = {
     "many tiny blocks": ("", '<tool_call>{"name":"a","arguments":{}}</tool_call>'),
     "open brackets": ("<tool_call>", "[{"),
     "strings of backslashes": ("<tool_call>", '"\\\\\\'),
+    "blocks, closing tag in a string": ("", '<tool_call>"</tool_call>"'),
 }
 
 _OLD_STRING = r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"'

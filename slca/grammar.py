@@ -106,22 +106,39 @@ _MAX_CLOSES_IN_STRINGS = 8
 def _find_call_close(text: str, start: int) -> int:
     # Looking past at most a few closing tags that sit inside strings keeps lexing
     # linear: without the bound, text like '<tool_call>"</tool_call>"' repeated
-    # rescans the rest of the turn for every block.
+    # rescans the rest of the turn for every block. The run is matched only up to the
+    # end of the bound's last tag, so one block never reads further than that.
     pos, n, in_strings = start, len(text), 0
+    bound = _after_closing_tags(text, start, _MAX_CLOSES_IN_STRINGS)
     while True:
-        stop = _CALL_RUN.match(text, pos).end()
+        stop = _CALL_RUN.match(text, pos, bound).end()
         in_strings += text.count(CALL_CLOSE, pos, stop)  # every one there is in a string
         if in_strings >= _MAX_CLOSES_IN_STRINGS or stop == n:
             break
         if text.startswith(CALL_CLOSE, stop):
             return stop
-        # a quote that opens no string: a closing tag before its failure point is outside
         fails_at = _STRING_BODY.match(text, stop).end()
+        if fails_at < n and text[fails_at] == '"':
+            # a whole string that the bound cut: it holds the bound's last tag, so the
+            # bound is reached inside strings
+            break
+        # a quote that opens no string: a closing tag before its failure point is outside
         inside = text.find(CALL_CLOSE, stop + 1, fails_at)
         if inside >= 0:
             return inside
         pos = fails_at
     return text.find(CALL_CLOSE, start)
+
+
+def _after_closing_tags(text: str, start: int, count: int) -> int:
+    """The end of the ``count``-th closing call tag at or after ``start`` (or the end)."""
+    end = start
+    for _ in range(count):
+        found = text.find(CALL_CLOSE, end)
+        if found < 0:
+            return len(text)
+        end = found + len(CALL_CLOSE)
+    return end
 
 
 @dataclass(frozen=True)

@@ -176,3 +176,44 @@ def test_parse_never_raises_and_lexing_covers_the_text(text):
 def test_render_tool_response():
     assert render_tool_response({"t": 21}) == '<tool_response>\n{"t": 21}\n</tool_response>'
     assert render_tool_response("raw") == "<tool_response>\nraw\n</tool_response>"
+
+
+def _unbounded_find_call_close(text, start):
+    """The lexer's close search before its run was bounded (issue 16's version): the
+    reference the bounded one must agree with."""
+    from slca.grammar import _CALL_RUN, _MAX_CLOSES_IN_STRINGS, _STRING_BODY, CALL_CLOSE
+
+    pos, n, in_strings = start, len(text), 0
+    while True:
+        stop = _CALL_RUN.match(text, pos).end()
+        in_strings += text.count(CALL_CLOSE, pos, stop)
+        if in_strings >= _MAX_CLOSES_IN_STRINGS or stop == n:
+            break
+        if text.startswith(CALL_CLOSE, stop):
+            return stop
+        fails_at = _STRING_BODY.match(text, stop).end()
+        inside = text.find(CALL_CLOSE, stop + 1, fails_at)
+        if inside >= 0:
+            return inside
+        pos = fails_at
+    return text.find(CALL_CLOSE, start)
+
+
+FRAGMENTS = ["<tool_call>", "</tool_call>", '"', "\\", "\n", "a", "<", "<think>", "</think>"]
+
+
+@given(st.lists(st.sampled_from(FRAGMENTS), max_size=80).map("".join))
+def test_the_bounded_close_search_finds_what_the_unbounded_one_did(text):
+    from slca.grammar import _find_call_close
+
+    for start in range(len(text) + 1):
+        assert _find_call_close(text, start) == _unbounded_find_call_close(text, start)
+
+
+def test_blocks_with_closing_tags_in_strings_lex_one_region_each():
+    # 0.5 MB of the shape that rescanned the rest of the turn for every block: each
+    # block is one region, found without reading past its own few closing tags.
+    text = '<tool_call>"</tool_call>"' * 20_000
+    regions = lex_turn(text)
+    assert len(regions) == 40_000
+    assert regions[0].kind == "tool_call" and regions[0].end == len('<tool_call>"</tool_call>')
