@@ -26,12 +26,12 @@ import time
 from typing import Any
 
 from slca.config.data import SynthParams
+from slca.config.rewards import RewardConfig
 from slca.data.record import TaskRecord
 from slca.data.synth import generate
 from slca.grammar import parse_turn
-from slca.rewards import RewardConfig, score_batch
 from slca.rewards.preference import GroundedScorer, SummaryInput
-from slca.rewards.score import _tool_side
+from slca.rewards.score import _tool_side, score_batch
 from slca.rollout.types import ExecutedCall, Rollout, Turn
 from slca.simulator import Simulator
 from slca.simulator.check import resolve_references

@@ -4,6 +4,11 @@ A function-level import can hide a cycle from Python (the import runs after both
 have loaded) but not from a reader: the two modules still need each other. Imports of
 heavy optional packages (torch, mlflow, vllm, ...) inside functions are fine; only
 imports of slca's own modules are in the graph.
+
+Importing ``slca.a.b`` runs ``slca/a/__init__.py`` first, so it is an edge to the
+package ``slca.a`` too (unless the importer lives in that package, which is then
+already loading). Imports under ``if TYPE_CHECKING:`` never run and are left out: an
+annotation is not a dependency at import time.
 """
 
 from __future__ import annotations
@@ -34,6 +39,28 @@ def _resolve(name: str, known: dict[str, Path]) -> str | None:
     return name or None
 
 
+def _type_checking_only(tree: ast.Module) -> set[int]:
+    """ids of the nodes under an ``if TYPE_CHECKING:`` block."""
+    skipped = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped.update(id(child) for stmt in node.body for child in ast.walk(stmt))
+    return skipped
+
+
+def _packages_run(module: str, importer: str, known: dict[str, Path]) -> list[str]:
+    """What importing ``module`` from ``importer`` loads: every enclosing package of
+    ``module`` (its ``__init__`` runs first) that does not enclose ``importer``, and
+    ``module`` itself."""
+    parts = module.split(".")
+    loaded = []
+    for depth in range(2, len(parts) + 1):
+        package = ".".join(parts[:depth])
+        if package in known and not (importer + ".").startswith(package + "."):
+            loaded.append(package)
+    return loaded or [module]
+
+
 def import_graph(root: Path = ROOT) -> dict[str, dict[str, int]]:
     """Module → {slca module it imports: first line}, at any depth of the file."""
     known = modules(root)
@@ -41,7 +68,11 @@ def import_graph(root: Path = ROOT) -> dict[str, dict[str, int]]:
     for name, path in known.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         edges: dict[str, int] = {}
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        skipped = _type_checking_only(tree)
+        for node in ast.walk(tree):
+            if id(node) in skipped:
+                continue
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
@@ -55,8 +86,11 @@ def import_graph(root: Path = ROOT) -> dict[str, dict[str, int]]:
             for target in targets:
                 if target == "slca" or target.startswith("slca."):
                     module = _resolve(target, known)
-                    if module is not None and module != name:
-                        edges.setdefault(module, node.lineno)
+                    if module is None:
+                        continue
+                    for loaded in _packages_run(module, name, known):
+                        if loaded != name:
+                            edges.setdefault(loaded, node.lineno)
         graph[name] = edges
     return graph
 
@@ -133,3 +167,26 @@ def test_moved_helpers_import_on_their_own(module):
     import sys
 
     subprocess.run([sys.executable, "-c", f"import {module}"], check=True, cwd=ROOT)
+
+
+def test_the_graph_sees_package_inits_and_skips_type_checking(tmp_path):
+    # importing a module of another package runs that package's __init__ first: the
+    # cycle config.rewards -> rewards.scorers -> rewards/__init__ -> config.rewards
+    for package in ("slca", "slca/config", "slca/rewards"):
+        (tmp_path / package).mkdir(parents=True, exist_ok=True)
+        (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / "slca" / "config" / "rewards.py").write_text("from slca.rewards.scorers import n\n")
+    (tmp_path / "slca" / "rewards" / "__init__.py").write_text("from slca.rewards.score import s\n")
+    (tmp_path / "slca" / "rewards" / "scorers.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from slca.config.rewards import C\n"
+    )
+    (tmp_path / "slca" / "rewards" / "score.py").write_text("from slca.config.rewards import C\n")
+    graph = import_graph(tmp_path)
+    assert graph["slca.config.rewards"] == {"slca.rewards": 1, "slca.rewards.scorers": 1}
+    assert graph["slca.rewards.scorers"] == {}
+    assert graph["slca.rewards.score"] == {"slca.config": 1, "slca.config.rewards": 1}
+    assert cycles(graph) == [["slca.config.rewards", "slca.rewards", "slca.rewards.score"]]
+    (tmp_path / "slca" / "rewards" / "__init__.py").write_text("from slca.rewards import scorers\n")
+    assert cycles(import_graph(tmp_path)) == []

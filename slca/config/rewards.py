@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_validator
 
 from slca.config.base import StrictModel, registered
 from slca.config.vllm import VLLMConfig
+from slca.rewards.scorers import available_summary_scorers
 
 
 class ProcessWeights(StrictModel):
@@ -201,10 +202,6 @@ class SummaryConfig(StrictModel):
     @field_validator("name")
     @classmethod
     def _registered(cls, name: str) -> str:
-        # Here, not at the top: importing the registry imports slca.rewards, whose
-        # scorers register themselves and import this module for their settings.
-        from slca.rewards.scorers import available_summary_scorers
-
         return registered(name, available_summary_scorers(), "summary scorer")
 
     @model_validator(mode="after")

@@ -7,15 +7,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from slca.config.rewards import JudgeConfig
 from slca.rewards.scorers import register_summary_scorer
 from slca.rewards.summary import Generate, SummaryInput, SummaryScorer, clean_text
 
 if TYPE_CHECKING:
-    from slca.config.rewards import SummaryConfig
+    from slca.config.rewards import JudgeConfig, SummaryConfig
 
 # ======================================================================== judge
 JUDGE_RUBRIC = """\
@@ -98,7 +97,7 @@ class JudgeScorer(SummaryScorer):
     ``config.failure_score`` and are counted."""
 
     generate: Generate
-    config: JudgeConfig = field(default_factory=JudgeConfig)
+    config: JudgeConfig
     calls: int = 0
     failures: int = 0
     errors: int = 0

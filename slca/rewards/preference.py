@@ -25,7 +25,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from slca.config.rewards import GroundedConfig, MarkerConfig
 from slca.rewards.judge import JUDGE_RUBRIC, JudgeScorer, judge_prompt, parse_rating
 from slca.rewards.reward_model import RewardModelScorer, render_for_reward_model
 from slca.rewards.scorers import register_summary_scorer
@@ -38,7 +37,7 @@ from slca.rewards.summary import (
 )
 
 if TYPE_CHECKING:
-    from slca.config.rewards import SummaryConfig
+    from slca.config.rewards import GroundedConfig, MarkerConfig, SummaryConfig
 
 __all__ = [
     "JUDGE_RUBRIC",

@@ -6,13 +6,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from slca.config.rewards import RewardModelConfig
 from slca.data.record import TaskRecord
 from slca.rewards.scorers import register_summary_scorer
 from slca.rewards.summary import Generate, SummaryInput, SummaryScorer, clean_text
 
 if TYPE_CHECKING:
-    from slca.config.rewards import SummaryConfig
+    from slca.config.rewards import RewardModelConfig, SummaryConfig
 
 
 # ======================================================================== reward model

@@ -1,9 +1,8 @@
 """The summary-scorer registry: name → factory of an ``R_summary`` scorer.
 
-Apart from the scorers (:mod:`slca.rewards.preference`), so that the configuration
-(:class:`slca.config.rewards.SummaryConfig`) validates a scorer's name without importing
-them. The built-in scorers register when :mod:`slca.rewards` is imported, which any
-import of one of its modules does first.
+The configuration (:class:`slca.config.rewards.SummaryConfig`) validates a scorer's name
+against it. Importing this module runs :mod:`slca.rewards`'s ``__init__`` first, which
+registers the built-in scorers; none of them imports the configuration at run time.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from slca.config.steps import BaseModelParams, SFTParams
 from slca.config.train import TrainConfig
 from slca.data.lab import CUE_TOOLS, cued_tool, lab_tasks
 from slca.grammar import ToolCall, render_tool_call
-from slca.rewards import score_batch
+from slca.rewards.score import score_batch
 from slca.rollout.types import ExecutedCall, Rollout, Turn
 from slca.training.sft import poor_summary, reference_summary
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from slca.rewards import RewardConfig, score
+from slca.config.rewards import RewardConfig
 from slca.rewards.execution import execution_parts
+from slca.rewards.score import score
 
 W = "get_weather"
 ERR = {"error": {"code": "invalid_arguments", "message": "city: required"}}

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from slca.config.rewards import GroundedConfig, JudgeConfig, MarkerConfig, RewardModelConfig
-from slca.rewards import RewardConfig, available_summary_scorers, score, score_batch
+from slca.config.rewards import (
+    GroundedConfig,
+    JudgeConfig,
+    MarkerConfig,
+    RewardConfig,
+    RewardModelConfig,
+)
+from slca.rewards import available_summary_scorers
 from slca.rewards.preference import (
     JudgeScorer,
     MarkerScorer,
@@ -17,6 +23,7 @@ from slca.rewards.preference import (
     parse_rating,
     register_summary_scorer,
 )
+from slca.rewards.score import score, score_batch
 
 APPROX = pytest.approx
 WEATHER = {"temperature": 21, "condition": "sunny"}

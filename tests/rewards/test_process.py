@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from slca.rewards import RewardConfig, score
+from slca.config.rewards import RewardConfig
 from slca.rewards.process import name_f1
+from slca.rewards.score import score
 
 W = "get_weather"
 APPROX = pytest.approx

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from slca.rewards import RewardConfig, score
+from slca.config.rewards import RewardConfig
 from slca.rewards.match import policy_calls
 from slca.rewards.redundancy import count_redundancy
+from slca.rewards.score import score
 
 W = "get_weather"
 APPROX = pytest.approx

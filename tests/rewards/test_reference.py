@@ -12,9 +12,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slca.rewards import RewardConfig, score, score_batch
+from slca.config.rewards import RewardConfig
 from slca.rewards.preference import SummaryInput, SummaryScorer
 from slca.rewards.reference import loose_equal, reference_text, route_penalty, score_text
+from slca.rewards.score import score, score_batch
 
 W = "get_weather"
 REFERENCE = RewardConfig(mode="reference")

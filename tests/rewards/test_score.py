@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slca.rewards import RewardBreakdown, RewardConfig, batch_metrics, score, score_batch
+from slca.config.rewards import RewardConfig
+from slca.rewards.score import RewardBreakdown, batch_metrics, score, score_batch
 from slca.rollout.types import ExecutedCall
 
 W = "get_weather"

@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from slca.config.rewards import JudgeConfig
 from slca.rollout.engines import HFEngine, SamplingParams, sequence_logprobs
 from slca.training.tiny import tiny_model
 
@@ -71,7 +72,7 @@ def test_the_judge_runs_on_a_real_engine_and_counts_unparseable_ratings(model, t
         replies.extend(out)
         return out
 
-    judge = JudgeScorer(generate=generate)
+    judge = JudgeScorer(generate=generate, config=JudgeConfig())
     items = [SummaryInput("It is 20 degrees.", tasks[0])] * 3
     scores = judge.score_batch(items)
     assert len(replies) == 3 and all(isinstance(r, str) for r in replies)
