@@ -62,33 +62,26 @@ def _content_hash(path: str, size: int, mtime_ns: int, inode: int) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def content_fingerprint(path: str | Path) -> str:
-    """Content hash of every file under ``path`` with its relative name (``absent`` if
-    nothing is there)."""
+def _fingerprint(path: str | Path, entry: Callable[[Path, os.stat_result], Any]) -> str:
+    """Digest of ``[relative name, entry(file, stat)]`` for every file under ``path``
+    (the file itself if it is one; ``absent`` if nothing is there)."""
     root = Path(path)
     files = [root] if root.is_file() else _files(root) if root.is_dir() else None
     if files is None:
         return "absent"
-    entries = []
-    for f in files:
-        st = f.stat()
-        name = f.relative_to(root).as_posix() if f != root else ""
-        entries.append([name, _content_hash(str(f), st.st_size, st.st_mtime_ns, st.st_ino)])
-    return _digest(entries)
+    return _digest([[f.relative_to(root).as_posix(), entry(f, f.stat())] for f in files])
+
+
+def content_fingerprint(path: str | Path) -> str:
+    """Content hash of every file under ``path`` with its relative name."""
+    return _fingerprint(
+        path, lambda f, st: _content_hash(str(f), st.st_size, st.st_mtime_ns, st.st_ino)
+    )
 
 
 def state_fingerprint(path: str | Path) -> str:
-    """Relative path, size and mtime of every file under ``path`` (``absent`` if none)."""
-    root = Path(path)
-    files = [root] if root.is_file() else _files(root) if root.is_dir() else None
-    if files is None:
-        return "absent"
-    entries = []
-    for f in files:
-        st = f.stat()
-        name = f.relative_to(root).as_posix() if f != root else root.name
-        entries.append([name, st.st_size, st.st_mtime_ns])
-    return _digest(entries)
+    """Relative path, size and mtime of every file under ``path``."""
+    return _fingerprint(path, lambda f, st: [st.st_size, st.st_mtime_ns])
 
 
 @cache

@@ -126,3 +126,19 @@ def test_a_failed_step_records_nothing_and_keeps_earlier_outputs_and_records(roo
     assert len(CALLS) == 2  # 1 run + 1 failed attempt
     run(root, n=3)  # the failed step runs again, and is recorded this time
     assert CALLS == [1, 3, 3] and (state / failing).exists()
+
+
+def test_fingerprints_of_contents_and_of_file_state(tmp_path):
+    out = tmp_path / "out"
+    assert steps.content_fingerprint(out) == steps.state_fingerprint(out) == "absent"
+    (out / "sub").mkdir(parents=True)
+    (out / "sub" / "a.txt").write_text("a")
+    content, state = steps.content_fingerprint(out), steps.state_fingerprint(out)
+    os.utime(out / "sub" / "a.txt", ns=(1, 1))  # same bytes, other mtime
+    assert steps.content_fingerprint(out) == content
+    assert steps.state_fingerprint(out) != state
+    state = steps.state_fingerprint(out)
+    (out / "sub" / "a.txt").rename(out / "b.txt")  # same bytes and mtime, other name
+    assert steps.content_fingerprint(out) != content
+    assert steps.state_fingerprint(out) != state
+    assert steps.content_fingerprint(out / "b.txt") != steps.content_fingerprint(out)
