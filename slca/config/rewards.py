@@ -119,11 +119,18 @@ class TruncationConfig(StrictModel):
     ``max_turn_bytes``) before the policy ended its turn."""
 
     penalty: float = Field(0.0, ge=0)
-    """R_summary of a truncated rollout is ``-penalty``: its answer never ended, so the
-    summary scorer is not asked (the omission guard's penalty stands where it applies).
-    R_tool is unchanged: the calls made before the cut still count, and a call block cut
-    open already costs format. 0 turns it off: a truncated rollout then scores like one
-    that finished, so nothing rewards stopping."""
+    """The price of a truncated rollout, charged to the reward ``head`` names. 0 turns it
+    off: a truncated rollout then scores like one that finished, so nothing rewards
+    stopping."""
+    head: Literal["summary", "tool"] = "summary"
+    """``summary``: R_summary is ``-penalty``; its answer never ended, so the summary
+    scorer is not asked (the omission guard's penalty stands where it applies), and
+    R_tool is unchanged (the calls made before the cut still count; a call block cut
+    open already costs format). ``tool``: R_tool is lowered by ``penalty`` (not below
+    0) and R_summary is scored as for a finished rollout. Under segment-locked credit a
+    rollout cut off in its call turn has no summary tokens, so a summary-side price
+    lands on no token; only its tool tokens can carry it (docs/results.md, credit
+    lab)."""
 
 
 class JudgeConfig(StrictModel):

@@ -11,6 +11,8 @@
 4. otherwise ``R_tool`` clipped to [0, 1] and ``R_summary`` from the configured
    scorer (an empty summary scores 0 without asking it), or ``-truncation.penalty``
    when that is set and a length limit cut the rollout off (its answer never ended);
+   with ``truncation.head: tool`` the penalty lowers R_tool instead (not below 0) and
+   R_summary is scored as for a finished rollout;
 5. ``per_call``: one reward per executed call, in ``ExecutedCall.index`` order.
    Process mode: the call's name, key and value scores against the gold call it was
    matched to (weighted like R_tool's parts, renormalised; 0 when it matched none,
@@ -255,11 +257,13 @@ def score_batch(
     """
     records = _resolve_tasks(rollouts, tasks)
     sides = [_tool_side(r, t, config) for r, t in zip(rollouts, records)]
-    penalised = [config.truncation.penalty > 0 and is_truncated(r) for r in rollouts]
+    truncation = config.truncation
+    penalised = [truncation.penalty > 0 and is_truncated(r) for r in rollouts]
+    on_summary = [p and truncation.head == "summary" for p in penalised]
     ask = [
         i
         for i, (side, r) in enumerate(zip(sides, rollouts))
-        if not side.guard and side.ask_summary and not penalised[i] and r.summary.strip()
+        if not side.guard and side.ask_summary and not on_summary[i] and r.summary.strip()
     ]
     raw: dict[int, float] = {}
     if ask:
@@ -271,13 +275,15 @@ def score_batch(
     for i, side in enumerate(sides):
         if side.guard:
             summary, summary_raw = config.guard.penalty, None
-        elif penalised[i]:
-            summary, summary_raw = -config.truncation.penalty, None
+        elif on_summary[i]:
+            summary, summary_raw = -truncation.penalty, None
         elif i in raw:
             summary = summary_raw = raw[i]
         else:  # no final answer, or an empty one
             summary, summary_raw = 0.0, None
         fields = side.fields
+        if penalised[i] and not on_summary[i]:
+            fields = {**fields, "tool": max(0.0, fields["tool"] - truncation.penalty)}
         if config.mode == "reference" and config.guard.on_negative_total and not side.guard:
             tool, summary, routed = route_penalty(
                 fields["tool"], summary, fields["tool"] + summary, False

@@ -98,3 +98,20 @@ def test_the_guard_penalty_stands_on_a_truncated_rollout(b):
     rollout.finish_reason = "max_tokens"
     r = score(rollout, task, RewardConfig(truncation={"penalty": 0.3}))
     assert r.guard_applied and r.summary == -0.5
+
+
+def test_a_truncation_charged_to_the_tool_head_lowers_r_tool_and_keeps_the_summary(b):
+    task = b.task([[b.call(W, city="Paris")]], facts={"Paris.temperature": 21})
+    rollout = b.rollout([b.tc(W, city="Paris"), "It is 21 degrees in Paris and"])
+    rollout.finish_reason = "max_tokens"
+    finished = score(rollout, task)
+    on_tool = RewardConfig(truncation={"penalty": 0.3, "head": "tool"})
+    cut = score(rollout, task, on_tool)
+    assert cut.truncated and cut.tool == APPROX(finished.tool - 0.3)
+    assert (cut.summary, cut.summary_raw) == (finished.summary, finished.summary_raw)
+    # never below 0: a wrong call cut off scores 0, not less
+    wrong = b.rollout([b.tc("get_time", city="Paris")])
+    wrong.finish_reason = "max_tokens"
+    assert score(wrong, task, RewardConfig(truncation={"penalty": 5.0, "head": "tool"})).tool == 0
+    rollout.finish_reason = "stop"  # finished: nothing charged
+    assert score(rollout, task, on_tool).tool == APPROX(finished.tool)
