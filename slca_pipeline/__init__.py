@@ -5,6 +5,7 @@ Prefect nor DVC (DESIGN §6). Deployments: ``prefect.yaml``; DVC stages: ``dvc.y
 Prefect's settings below are fixed here, before any task or flow module imports Prefect.
 """
 
+import logging
 import os
 from pathlib import Path
 
@@ -18,3 +19,17 @@ if os.environ.get("PREFECT_HOME"):
         "PREFECT_SERVER_MEMO_STORE_PATH",
         str(Path(os.environ["PREFECT_HOME"]).expanduser() / "memo_store.toml"),
     )
+
+
+class _NoCpuFallbackNotice(logging.Filter):
+    """DeepSpeed, imported by ``transformers`` on every ``save_pretrained``, warns that it
+    fell back to its CPU accelerator and "was unable to detect" a GPU, whether or not
+    DeepSpeed trains. A run that needs a GPU says so (``engine.device: cuda``), which is
+    refused before any work when torch sees none; DeepSpeed's other messages still
+    show."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Setting accelerator to CPU")
+
+
+logging.getLogger("DeepSpeed").addFilter(_NoCpuFallbackNotice())

@@ -4,6 +4,7 @@ One store per module (creating its tables takes seconds); each test uses its own
 experiment, so runs never mix.
 """
 
+import logging
 import os
 import subprocess
 import sys
@@ -374,7 +375,9 @@ def test_checkpoints_are_uploaded_per_step(store, experiment, tmp_path):
     assert (root / "step_4" / "rng.json").read_text() == '{"seed": 1}'
 
 
-def test_log_model_logs_a_tiny_qwen2_with_explicit_requirements_that_loads_back(store, experiment):
+def test_log_model_logs_a_tiny_qwen2_with_explicit_requirements_that_loads_back(
+    store, experiment, caplog
+):
     from slca.training.tiny import tiny_model, train_tokenizer
 
     texts = ["What is the weather in Paris?", '<tool_call>{"name": "get_weather"}</tool_call>']
@@ -382,7 +385,10 @@ def test_log_model_logs_a_tiny_qwen2_with_explicit_requirements_that_loads_back(
     model = tiny_model(tokenizer)
     with Tracker(store, experiment=experiment) as tracker:
         tracker.start()
-        uri = tracker.log_model(model, tokenizer)
+        with caplog.at_level(logging.WARNING, logger="mlflow.transformers"):
+            uri = tracker.log_model(model, tokenizer)
+        # a local model is not looked up on the Hub for a card or a license
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
         assert tracker.log_model(model, tokenizer) == uri  # once per run and name
         run_id = tracker.run_id
         experiment_id = tracker.experiment_id
@@ -392,6 +398,7 @@ def test_log_model_logs_a_tiny_qwen2_with_explicit_requirements_that_loads_back(
     mlflow.set_tracking_uri(sqlite_uri(store))
     local = Path(mlflow.artifacts.download_artifacts(uri))
     assert (local / "model" / "model.safetensors").is_file()
+    assert "logged by slca" in (local / "model_card.md").read_text()
     requirements = (local / "requirements.txt").read_text().split()
     assert requirements == default_pip_requirements()
     assert not any(r.startswith("torchvision") for r in requirements)
@@ -423,3 +430,16 @@ def test_a_finished_tracker_leaves_the_next_one_its_own_store(tmp_path, monkeypa
     second = Tracker(tmp_path / "second", experiment="e")
     assert second.tracking_uri == sqlite_uri(tmp_path / "second")
     assert "MLFLOW_TRACKING_URI" not in os.environ
+
+
+def test_a_checkpoint_with_its_own_card_keeps_it(tmp_path, monkeypatch):
+    from slca.tracking.writer import model_card
+
+    (tmp_path / "README.md").write_text("---\nlicense: apache-2.0\n---\n# SmolLM2\n")
+    model = type("Model", (), {"name_or_path": str(tmp_path)})()
+    assert model_card(model).data.license == "apache-2.0"
+    model.name_or_path = str(tmp_path / "elsewhere")
+    assert model_card(model).data.license is None
+    model.name_or_path = ""  # built in memory: not the README of the working directory
+    monkeypatch.chdir(tmp_path)
+    assert model_card(model).data.license is None

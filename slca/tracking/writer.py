@@ -53,6 +53,22 @@ def _step(step: Any) -> int:
     return value
 
 
+def model_card(model: Any) -> Any:
+    """The logged model's card: the checkpoint's own (``README.md``, with its license)
+    when it has one, else a short slca card. Given to MLflow so that it does not look the
+    local path up on the Hub as a repo id (two warnings per model, nothing to act on)."""
+    from huggingface_hub import ModelCard
+
+    source = str(getattr(model, "name_or_path", "") or "")
+    if source and (Path(source) / "README.md").is_file():
+        return ModelCard.load(Path(source) / "README.md")
+    origin = f" from `{source}`" if source else ""
+    return ModelCard(
+        "---\nlibrary_name: transformers\ntags: [slca]\n---\n"
+        f"# {Path(source).name or 'model'}\n\nA checkpoint logged by slca{origin}.\n"
+    )
+
+
 class Tracker:
     """Records one training run in MLflow; a context manager that ends the run.
 
@@ -470,6 +486,7 @@ class Tracker:
             {"model": model, "tokenizer": tokenizer},
             name=name,
             task=task,
+            model_card=model_card(model),
             pip_requirements=pip_requirements or default_pip_requirements(),
             registered_model_name=registered_model_name,
             step=0 if step is None else _step(step),
