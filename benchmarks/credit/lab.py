@@ -16,8 +16,10 @@
    summary with the marker, 0 without (the ``marker`` scorer); the spread is the
    summary weight (GRPO: R = R_tool + spread·R_sum; SLCA: Â_sum = spread·z(R_sum)).
    Only the estimator, the seed and the spread differ between runs.
-4. Report: steps until the trailing 5-step mean of ``reward/tool`` (the share of
-   rollouts calling the cued tool) reaches 0.9, per run and their median over seeds
+4. Report: steps until the trailing 5-step mean of ``reward/name`` (the share of
+   rollouts calling the cued tool: R_tool's only weighted part here, read on its own
+   so that a price a run adds to R_tool, as ``-S train.rewards.truncation.head=tool``
+   does, is not counted as a wrong tool) reaches 0.9, per run and their median over seeds
    (a run that never reaches it counts as more than the budget); learning curves
    (PNG and table); ``lab.md`` and ``summary.json`` in ``--out``.
 """
@@ -43,8 +45,10 @@ RL_TASKS, DEMONSTRATIONS = 512, 512
 CUES = ("today",)  # one cue: the tiny policy does not learn to read one (slca.data.lab)
 TASK_SEED, DEMO_SEED = 1, 0
 THRESHOLD, WINDOW = 0.9, 5
+ACCURACY = "reward/name"  # the name part: 1 for the cued tool, 0 for the other
 TARGET_RATIO = 0.8
 CURVE_KEYS = (
+    ACCURACY,
     "reward/tool",
     "reward/sum",
     "rollout/tool_calls_per_task",
@@ -216,7 +220,7 @@ def analyse(runs: dict[str, dict], cap: int) -> dict:
 
     arms: dict[tuple[str, float], dict] = {}
     for run in runs.values():
-        tool = run["curves"].get("reward/tool", [])
+        tool = run["curves"].get(ACCURACY, [])
         reached = steps_to_threshold(tool, THRESHOLD, WINDOW)
         arm = arms.setdefault((run["method"], run["spread"]), {"seeds": {}, "curves": {}})
         arm["seeds"][run["seed"]] = reached
@@ -274,7 +278,7 @@ def markdown(result: dict, cap: int) -> str:
 
     seeds = sorted({s for a in result["arms"] for s in a["seeds"]}, key=int)
     lines = [
-        f"Steps until the trailing {WINDOW}-step mean of reward/tool (the share of rollouts "
+        f"Steps until the trailing {WINDOW}-step mean of {ACCURACY} (the share of rollouts "
         f"calling the cued tool) reaches {THRESHOLD}; budget {cap} steps (`>{cap}`: not "
         "reached, counted as more than the budget in the median).",
         "",
@@ -292,7 +296,7 @@ def markdown(result: dict, cap: int) -> str:
               f"{verdict(result)[0]}.", ""]  # fmt: skip
     marks = [1, *range(10, cap + 1, 10)]
     for key, title in (
-        ("reward/tool", "tool accuracy (reward/tool)"),
+        (ACCURACY, f"tool accuracy ({ACCURACY})"),
         ("reward/sum", "summary marker rate (reward/sum)"),
     ):
         lines += [

@@ -143,7 +143,7 @@ def _runs(steps_by_name: dict[str, list[float]]) -> dict[str, dict]:
             "method": method,
             "spread": float(spread[2:]),
             "seed": int(seed[1:]),
-            "curves": {"reward/tool": list(enumerate(values, start=1))},
+            "curves": {"reward/name": list(enumerate(values, start=1))},
         }
     return runs
 
