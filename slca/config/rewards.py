@@ -122,15 +122,17 @@ class TruncationConfig(StrictModel):
     """The price of a truncated rollout, charged to the reward ``head`` names. 0 turns it
     off: a truncated rollout then scores like one that finished, so nothing rewards
     stopping."""
-    head: Literal["summary", "tool"] = "summary"
+    head: Literal["summary", "tool", "cut"] = "summary"
     """``summary``: R_summary is ``-penalty``; its answer never ended, so the summary
     scorer is not asked (the omission guard's penalty stands where it applies), and
     R_tool is unchanged (the calls made before the cut still count; a call block cut
     open already costs format). ``tool``: R_tool is lowered by ``penalty`` (not below
-    0) and R_summary is scored as for a finished rollout. Under segment-locked credit a
-    rollout cut off in its call turn has no summary tokens, so a summary-side price
-    lands on no token; only its tool tokens can carry it (docs/results.md, credit
-    lab)."""
+    0) and R_summary is scored as for a finished rollout. ``cut``: the head of the turn
+    the limit cut, ``summary`` when it was the answer turn (no call block), ``tool``
+    when it was a call turn. Under segment-locked credit a rollout cut off in a call
+    turn has no summary tokens, so a summary-side price lands on no token, and one cut
+    off in its answer has run on in summary tokens, which a tool-side price would not
+    reach (docs/results.md, credit lab)."""
 
 
 class JudgeConfig(StrictModel):

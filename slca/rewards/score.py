@@ -11,8 +11,9 @@
 4. otherwise ``R_tool`` clipped to [0, 1] and ``R_summary`` from the configured
    scorer (an empty summary scores 0 without asking it), or ``-truncation.penalty``
    when that is set and a length limit cut the rollout off (its answer never ended);
-   with ``truncation.head: tool`` the penalty lowers R_tool instead (not below 0) and
-   R_summary is scored as for a finished rollout;
+   with ``truncation.head: tool`` (or ``cut``, when the limit cut a call turn) the
+   penalty lowers R_tool instead (not below 0) and R_summary is scored as for a
+   finished rollout;
 5. ``per_call``: one reward per executed call, in ``ExecutedCall.index`` order.
    Process mode: the call's name, key and value scores against the gold call it was
    matched to (weighted like R_tool's parts, renormalised; 0 when it matched none,
@@ -239,6 +240,14 @@ def _resolve_tasks(
     return list(tasks)
 
 
+def _charged_to(head: str, rollout: Rollout) -> str:
+    """The reward head a truncation is charged to: ``head``, or for ``cut`` the head of
+    the turn the limit cut (the answer turn: summary; a call turn: tool)."""
+    if head != "cut":
+        return head
+    return "summary" if rollout.final_turn is not None else "tool"
+
+
 def score_batch(
     rollouts: Sequence[Rollout],
     tasks: Mapping[str, TaskRecord] | Sequence[TaskRecord],
@@ -259,7 +268,9 @@ def score_batch(
     sides = [_tool_side(r, t, config) for r, t in zip(rollouts, records)]
     truncation = config.truncation
     penalised = [truncation.penalty > 0 and is_truncated(r) for r in rollouts]
-    on_summary = [p and truncation.head == "summary" for p in penalised]
+    on_summary = [
+        p and _charged_to(truncation.head, r) == "summary" for p, r in zip(penalised, rollouts)
+    ]
     ask = [
         i
         for i, (side, r) in enumerate(zip(sides, rollouts))

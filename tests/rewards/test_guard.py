@@ -115,3 +115,19 @@ def test_a_truncation_charged_to_the_tool_head_lowers_r_tool_and_keeps_the_summa
     assert score(wrong, task, RewardConfig(truncation={"penalty": 5.0, "head": "tool"})).tool == 0
     rollout.finish_reason = "stop"  # finished: nothing charged
     assert score(rollout, task, on_tool).tool == APPROX(finished.tool)
+
+
+def test_a_truncation_charged_to_the_cut_turn_takes_that_turns_head(b):
+    task = b.task([[b.call(W, city="Paris")]], facts={"Paris.temperature": 21})
+    cut = RewardConfig(truncation={"penalty": 0.3, "head": "cut"})
+    in_answer = b.rollout([b.tc(W, city="Paris"), "It is 21 degrees in Paris and"])
+    in_answer.finish_reason = "max_tokens"
+    finished = score(in_answer, task)
+    r = score(in_answer, task, cut)  # cut in the answer: the summary head pays
+    assert (r.summary, r.tool) == (-0.3, APPROX(finished.tool))
+    in_call = b.rollout([b.tc(W, city="Paris") + " and then more and more"])
+    in_call.finish_reason = "max_tokens"
+    assert in_call.final_turn is None
+    plain = score(in_call, task)
+    r = score(in_call, task, cut)  # cut in a call turn: no answer tokens, the tool head pays
+    assert r.tool == APPROX(plain.tool - 0.3) and r.summary == plain.summary
