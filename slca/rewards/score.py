@@ -36,7 +36,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
-from slca.config.rewards import RewardConfig
+from slca.config.rewards import RewardConfig, TruncationConfig
 from slca.data.record import TaskRecord
 from slca.rewards.execution import (
     ExecutionParts,
@@ -240,11 +240,14 @@ def _resolve_tasks(
     return list(tasks)
 
 
-def _charged_to(head: str, rollout: Rollout) -> str:
-    """The reward head a truncation is charged to: ``head``, or for ``cut`` the head of
-    the turn the limit cut (the answer turn: summary; a call turn: tool)."""
-    if head != "cut":
-        return head
+def _charged_to(rollout: Rollout, truncation: TruncationConfig) -> str | None:
+    """The reward head that pays for ``rollout``'s truncation (None: nothing to pay):
+    ``truncation.head``, or for ``cut`` the head of the turn the limit cut (the answer
+    turn: summary; a call turn: tool)."""
+    if truncation.penalty <= 0 or not is_truncated(rollout):
+        return None
+    if truncation.head != "cut":
+        return truncation.head
     return "summary" if rollout.final_turn is not None else "tool"
 
 
@@ -267,14 +270,11 @@ def score_batch(
     records = _resolve_tasks(rollouts, tasks)
     sides = [_tool_side(r, t, config) for r, t in zip(rollouts, records)]
     truncation = config.truncation
-    penalised = [truncation.penalty > 0 and is_truncated(r) for r in rollouts]
-    on_summary = [
-        p and _charged_to(truncation.head, r) == "summary" for p, r in zip(penalised, rollouts)
-    ]
+    charged = [_charged_to(r, truncation) for r in rollouts]
     ask = [
         i
         for i, (side, r) in enumerate(zip(sides, rollouts))
-        if not side.guard and side.ask_summary and not on_summary[i] and r.summary.strip()
+        if not side.guard and side.ask_summary and charged[i] != "summary" and r.summary.strip()
     ]
     raw: dict[int, float] = {}
     if ask:
@@ -286,14 +286,14 @@ def score_batch(
     for i, side in enumerate(sides):
         if side.guard:
             summary, summary_raw = config.guard.penalty, None
-        elif on_summary[i]:
+        elif charged[i] == "summary":
             summary, summary_raw = -truncation.penalty, None
         elif i in raw:
             summary = summary_raw = raw[i]
         else:  # no final answer, or an empty one
             summary, summary_raw = 0.0, None
         fields = side.fields
-        if penalised[i] and not on_summary[i]:
+        if charged[i] == "tool":
             fields = {**fields, "tool": max(0.0, fields["tool"] - truncation.penalty)}
         if config.mode == "reference" and config.guard.on_negative_total and not side.guard:
             tool, summary, routed = route_penalty(
