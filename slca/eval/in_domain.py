@@ -21,10 +21,14 @@ TOLERANCE = 1e-9
 PREFIX = "in_domain"
 
 
-def in_domain_metrics(breakdowns: Sequence[RewardBreakdown]) -> dict[str, float]:
+def in_domain_metrics(
+    breakdowns: Sequence[RewardBreakdown], *, too_long: int = 0
+) -> dict[str, float]:
     """Means over one greedy rollout per task; keys ``in_domain/<metric>``.
 
-    - ``success_at_0.9``: tasks whose process score is >= 0.9;
+    - ``success_at_0.9``: tasks whose process score is >= 0.9, out of every task drawn:
+      the ``too_long`` tasks whose prompt did not fit the context count as failures
+      (the overall); the other means describe the ``tasks`` that ran;
     - ``process``: mean process score; ``name_f1``, ``key``, ``value``, ``format``:
       its parts (name F1 is the multiset F1 of tool names against the gold);
     - ``summary``: the summary scorer's score (0 when there is no final answer, or
@@ -33,7 +37,11 @@ def in_domain_metrics(breakdowns: Sequence[RewardBreakdown]) -> dict[str, float]
     - ``no_call_accuracy``: among tasks whose gold has no call, those answered
       without any call block (absent when the set has no such task).
     """
+    if too_long < 0:
+        raise ValueError(f"in_domain_metrics: too_long must be >= 0; got {too_long}")
     if not breakdowns:
+        if too_long:  # nothing fitted: every task drawn failed
+            return {f"{PREFIX}/success_at_0.9": 0.0, f"{PREFIX}/tasks": 0.0}
         raise ValueError("in_domain_metrics: no rollouts to score")
     if any(b.mode != "process" for b in breakdowns):
         raise ValueError("in_domain_metrics needs process-mode breakdowns (scored against gold)")
@@ -43,7 +51,8 @@ def in_domain_metrics(breakdowns: Sequence[RewardBreakdown]) -> dict[str, float]
         return sum(float(v) for v in values) / n
 
     out = {
-        "success_at_0.9": mean(b.tool >= SUCCESS_THRESHOLD - TOLERANCE for b in breakdowns),
+        "success_at_0.9": sum(b.tool >= SUCCESS_THRESHOLD - TOLERANCE for b in breakdowns)
+        / (n + too_long),
         "process": mean(b.tool for b in breakdowns),
         "name_f1": mean(b.name for b in breakdowns),
         "key": mean(b.key for b in breakdowns),

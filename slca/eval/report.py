@@ -3,7 +3,10 @@
 Runs are grouped into *arms* by what they trained (estimator, profile, per-call
 granularity, summary weight); an evaluation-only run (the SFT model) is its own arm. Within an
 arm, seeds aggregate as mean ± std; for a repeated (arm, seed) only the newest
-finished run counts, so re-running a pipeline replaces rather than adds a seed.
+finished run counts, so re-running a pipeline replaces rather than adds a seed. Where the
+runs logged their per-task evaluation lines, every arm is also compared with GRPO and
+with SFT task by task (:mod:`slca.eval.paired`): mean paired difference and its 95 %
+bootstrap interval.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import math
 import os
 import statistics
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +37,17 @@ COLUMNS = (
     ("reward/total", "final train reward", 1.0),
     ("actor/grad_cos_tool_sum", "grad cos(tool, sum)", 1.0),
 )
+
+#: An overall column → the count of its set's tasks whose prompt did not fit the context,
+#: which the overall counts as failures; shown beside it when any.
+TOO_LONG = {
+    "eval/in_domain/success_at_0.9": "eval/in_domain/too_long",
+    "eval/bfcl/overall": "eval/bfcl/too_long",
+    "eval/tau2/overall": "eval/tau2/too_long",
+}
+
+#: The arms every other arm is compared with, task by task.
+BASELINES = ("grpo", "sft")
 
 
 def arm(run: RunRecord) -> str:
@@ -99,9 +113,79 @@ def markdown_table(summaries: Sequence[ArmSummary]) -> str:
         cells = [s.arm, str(len(s.seeds))]
         for key, _, scale in columns:
             if key in s.mean:
-                cells.append(f"{s.mean[key] * scale:.3g} ± {s.std[key] * scale:.2g}")
+                cell = f"{s.mean[key] * scale:.3g} ± {s.std[key] * scale:.2g}"
+                too_long = s.mean.get(TOO_LONG.get(key, ""), 0.0)
+                cells.append(cell + (f" ({too_long:g} too long)" if too_long else ""))
             else:
                 cells.append("–")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def paired_differences(
+    summaries: Sequence[ArmSummary], lines_by_run: Mapping[str, list[dict] | None]
+) -> dict[str, dict[str, dict[str, float]]]:
+    """Per arm and baseline (``vs_grpo``, ``vs_sft``): the paired difference of in-domain
+    Success@0.9 (points) and, against GRPO, of redundant calls per task, with 95 %
+    bootstrap intervals. Arms or baselines without per-task lines are left out."""
+    from slca.eval.paired import paired_difference, redundant_by_task, success_by_task
+
+    def outcomes(summary: ArmSummary, per_task) -> dict[str, dict[str, float]] | None:
+        found = {}
+        for seed, run_id in zip(summary.seeds, summary.run_ids):
+            lines = lines_by_run.get(run_id)
+            if lines is None:
+                return None
+            found[seed] = per_task(lines)
+        return found
+
+    by_arm = {s.arm: s for s in summaries}
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for summary in summaries:
+        for base in BASELINES:
+            if base == summary.arm or base not in by_arm or summary.arm == "sft":
+                continue
+            measures = [("success_points", success_by_task, 100.0)]
+            if base == "grpo":
+                measures.append(("redundant_per_task", redundant_by_task, 1.0))
+            for name, per_task, scale in measures:
+                arm, baseline = outcomes(summary, per_task), outcomes(by_arm[base], per_task)
+                if arm is None or baseline is None:
+                    continue
+                d = paired_difference(arm, baseline)
+                out.setdefault(summary.arm, {}).setdefault(f"vs_{base}", {})[name] = {
+                    "mean": d.mean * scale,
+                    "low": d.low * scale,
+                    "high": d.high * scale,
+                    "tasks": d.tasks,
+                    "seeds": d.seeds,
+                }
+    return out
+
+
+def paired_table(paired: Mapping[str, Mapping[str, Mapping[str, Mapping[str, float]]]]) -> str:
+    """The paired differences as a markdown table: mean [95 % interval]."""
+
+    def cell(arm: str, base: str, measure: str, fmt: str) -> str:
+        d = paired.get(arm, {}).get(f"vs_{base}", {}).get(measure)
+        if d is None:
+            return "–"
+        return f"{d['mean']:{fmt}} [{d['low']:{fmt}}, {d['high']:{fmt}}]"
+
+    head = [
+        "arm",
+        "Success@0.9 − GRPO (points)",
+        "Success@0.9 − SFT (points)",
+        "redundant/task − GRPO",
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for arm in paired:
+        cells = [
+            arm,
+            cell(arm, "grpo", "success_points", "+.1f"),
+            cell(arm, "sft", "success_points", "+.1f"),
+            cell(arm, "grpo", "redundant_per_task", "+.2f"),
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -170,9 +254,15 @@ def plot_eval(summaries: Sequence[ArmSummary], path: Path) -> bool:
     return True
 
 
-def write_report(runs: Sequence[RunRecord], out_dir: str | os.PathLike[str], title: str) -> Path:
-    """``report.md`` (table, plots, run ids), ``summary.json`` and the PNG plots in
-    ``out_dir``; returns the markdown file."""
+def write_report(
+    runs: Sequence[RunRecord],
+    out_dir: str | os.PathLike[str],
+    title: str,
+    lines_by_run: Mapping[str, list[dict] | None] | None = None,
+) -> Path:
+    """``report.md`` (table, paired differences, plots, run ids), ``summary.json`` and
+    the PNG plots in ``out_dir``; returns the markdown file. ``lines_by_run``: each
+    run's per-task evaluation lines (None where it has none), for the paired table."""
     if not runs:
         raise ValueError("report: no finished run to report")
     out = Path(out_dir)
@@ -181,6 +271,13 @@ def write_report(runs: Sequence[RunRecord], out_dir: str | os.PathLike[str], tit
     latest = {rid for s in summaries for rid in s.run_ids}
     kept = [r for r in runs if r.run_id in latest]
     lines = [f"# {title}\n", markdown_table(summaries)]
+    paired = paired_differences(summaries, lines_by_run or {})
+    if paired:
+        lines += [
+            "Paired differences on the same test tasks (mean over seeds per task; 95 % "
+            "BCa bootstrap interval over tasks):\n",
+            paired_table(paired),
+        ]
     for key, name in (
         ("reward/total", "reward_total"),
         ("reward/tool", "reward_tool"),
@@ -195,7 +292,13 @@ def write_report(runs: Sequence[RunRecord], out_dir: str | os.PathLike[str], tit
         lines.append("![evaluation](eval.png)\n")
     lines.append("Runs: " + "; ".join(f"{s.arm}: {', '.join(s.run_ids)}" for s in summaries) + "\n")
     summary = {
-        s.arm: {"seeds": s.seeds, "runs": s.run_ids, "mean": s.mean, "std": s.std}
+        s.arm: {
+            "seeds": s.seeds,
+            "runs": s.run_ids,
+            "mean": s.mean,
+            "std": s.std,
+            **({"paired": paired[s.arm]} if s.arm in paired else {}),
+        }
         for s in summaries
     }
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=1, sort_keys=True) + "\n")
@@ -210,7 +313,7 @@ def report(
     out_dir: str | os.PathLike[str] = "reports/summary",
 ) -> Path:
     """The report of every finished run of ``experiment`` in the store at ``tracking_dir``."""
-    from slca.tracking import experiment_runs
+    from slca.tracking import evaluation_lines, experiment_runs, resolve_uri
 
     if (
         not os.environ.get("MLFLOW_TRACKING_URI")
@@ -220,7 +323,10 @@ def report(
     runs = experiment_runs(tracking_dir, experiment=experiment)
     if not runs:
         raise ValueError(f"report: experiment {experiment!r} has no finished run in {tracking_dir}")
-    return write_report(runs, out_dir, f"slca: experiment {experiment!r}")
+    uri = resolve_uri(tracking_dir, None)
+    latest = {rid for s in summarise(runs) for rid in s.run_ids}
+    lines_by_run = {rid: evaluation_lines(rid, tracking_uri=uri) for rid in latest}
+    return write_report(runs, out_dir, f"slca: experiment {experiment!r}", lines_by_run)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -139,11 +139,14 @@ def _evaluate(
         if not drawn:
             continue
         tasks = _fitting(drawn, tokenizer, budget)
-        metrics[f"{name}/too_long"] = float(len(drawn) - len(tasks))
-        if tasks:
-            set_metrics, set_lines = scorer(params, tasks, rollouts)
-            metrics.update(set_metrics)
-            lines += [{"set": name, **line} for line in set_lines]
+        fit = {t.id for t in tasks}
+        # A prompt the model cannot take is a failure in the set's overall figures, as
+        # BFCL scores it; left out, the overall would flatter a short context.
+        too_long = [t for t in drawn if t.id not in fit]
+        metrics[f"{name}/too_long"] = float(len(too_long))
+        set_metrics, set_lines = scorer(params, tasks, too_long, rollouts)
+        metrics.update(set_metrics)
+        lines += [{"set": name, **line} for line in set_lines]
     report = Path(params.report_path)
     per_task = report.with_name(report.stem + ".tasks.jsonl")
     atomic_write_text(per_task, "".join(json.dumps(line, sort_keys=True) + "\n" for line in lines))
@@ -231,15 +234,21 @@ _NOT_RUN = object()
 
 
 def _score_in_domain(
-    summary_scorer: SummaryScorer, params: EvaluateParams, tasks: list[TaskRecord], rollouts: Any
+    summary_scorer: SummaryScorer,
+    params: EvaluateParams,
+    tasks: list[TaskRecord],
+    too_long: list[TaskRecord],
+    rollouts: Any,
 ):
     from slca.eval.in_domain import in_domain_metrics
     from slca.rewards.score import score_batch
     from slca.simulator import Simulator
 
-    with Simulator(seed=params.seed) as simulator:
-        done = rollouts("in_domain", tasks, simulator, params.max_turns)
-    breakdowns = score_batch(done, tasks, params.rewards, summary_scorer=summary_scorer)
+    done, breakdowns = [], []
+    if tasks:
+        with Simulator(seed=params.seed) as simulator:
+            done = rollouts("in_domain", tasks, simulator, params.max_turns)
+        breakdowns = score_batch(done, tasks, params.rewards, summary_scorer=summary_scorer)
     lines = [
         {
             "task_id": t.id,
@@ -252,13 +261,15 @@ def _score_in_domain(
             "turns": transcript(r),
         }
         for t, r, b in zip(tasks, done, breakdowns)
-    ]
+    ] + [_too_long_line(t) for t in too_long]
     # the scorer's own counters (a judge's calls and failures), as training logs them
     counters = {f"in_domain/{k}": v for k, v in summary_scorer.metrics().items()}
-    return {**in_domain_metrics(breakdowns), **counters}, lines
+    return {**in_domain_metrics(breakdowns, too_long=len(too_long)), **counters}, lines
 
 
-def _score_bfcl(params: EvaluateParams, tasks: list[TaskRecord], rollouts: Any):
+def _score_bfcl(
+    params: EvaluateParams, tasks: list[TaskRecord], too_long: list[TaskRecord], rollouts: Any
+):
     """BFCL's single-turn categories judge the first turn's calls: one policy turn.
     multi_turn_base runs every user turn on BFCL's live APIs, then its checker replays."""
     from slca.eval import bfcl, bfcl_multi_turn
@@ -283,15 +294,21 @@ def _score_bfcl(params: EvaluateParams, tasks: list[TaskRecord], rollouts: Any):
         {"task_id": t.id, "valid": v.valid, "error_type": v.error_type, "turns": transcript(r)}
         for t, v, r in zip(single + multi, verdicts, single_done + multi_done)
     ]
-    return bfcl.accuracy(verdicts), lines
+    failed = [bfcl.Verdict(t.domain, False, TOO_LONG, task_id=t.id) for t in too_long]
+    lines += [{**_too_long_line(t), "valid": False, "error_type": TOO_LONG} for t in too_long]
+    return bfcl.accuracy(verdicts + failed), lines
 
 
-def _score_tau2(params: EvaluateParams, tasks: list[TaskRecord], rollouts: Any):
+def _score_tau2(
+    params: EvaluateParams, tasks: list[TaskRecord], too_long: list[TaskRecord], rollouts: Any
+):
     """Calls run on τ²'s real environments; τ²'s evaluators give the reward."""
     from slca.eval import tau2
 
-    with tau2.Tau2Executor() as executor:
-        done = rollouts("tau2", tasks, executor, params.tau2.max_turns)
+    done = []
+    if tasks:
+        with tau2.Tau2Executor() as executor:
+            done = rollouts("tau2", tasks, executor, params.tau2.max_turns)
     results = [
         tau2.score(
             t,
@@ -311,7 +328,19 @@ def _score_tau2(params: EvaluateParams, tasks: list[TaskRecord], rollouts: Any):
         }
         for t, r, res in zip(tasks, done, results)
     ]
-    return tau2.accuracy((t.id, res) for t, res in zip(tasks, results)), lines
+    failed = tau2.Tau2Result(reward=0.0, db_match=None, actions_match=None, communicate=None)
+    lines += [{**_too_long_line(t), "reward": 0.0} for t in too_long]
+    scored = [(t.id, res) for t, res in zip(tasks, results)] + [(t.id, failed) for t in too_long]
+    return tau2.accuracy(scored), lines
+
+
+TOO_LONG = "too_long"
+"""The finish reason and error type of a task whose prompt does not fit the context."""
+
+
+def _too_long_line(task: TaskRecord) -> dict[str, Any]:
+    """The per-task line of a task that never ran: its prompt does not fit."""
+    return {"task_id": task.id, "finish": TOO_LONG, "turns": []}
 
 
 def _fitting(tasks: list[TaskRecord], tokenizer: Any, budget: int) -> list[TaskRecord]:

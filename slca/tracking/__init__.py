@@ -86,6 +86,7 @@ _HOMES = {
     "git_commit": "provenance",
     "CURVE_METRICS": "queries",
     "RunRecord": "queries",
+    "evaluation_lines": "queries",
     "experiment_runs": "queries",
     "logged_checkpoints": "queries",
     "metric_history": "queries",
@@ -118,6 +119,7 @@ if TYPE_CHECKING:
     from slca.tracking.queries import (
         CURVE_METRICS,
         RunRecord,
+        evaluation_lines,
         experiment_runs,
         logged_checkpoints,
         metric_history,
@@ -163,6 +165,7 @@ __all__ = [
     "Tracker",
     "default_pip_requirements",
     "ensure_store",
+    "evaluation_lines",
     "experiment_runs",
     "flatten_config",
     "git_commit",

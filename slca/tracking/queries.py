@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from mlflow.tracking import MlflowClient
 
@@ -123,3 +125,25 @@ def logged_checkpoints(run_id: str, *, tracking_uri: str | None = None) -> dict[
         if name.startswith("step_") and name[5:].isdigit():
             found[int(name[5:])] = path
     return dict(sorted(found.items()))
+
+
+def evaluation_lines(
+    run_id: str, *, tracking_uri: str | None = None
+) -> list[dict[str, Any]] | None:
+    """The per-task lines (``eval/*.tasks.jsonl``) an evaluation logged into a run, every
+    set's in one list; None when the run has none (an evaluation from before they were
+    logged, or a run never evaluated)."""
+    import tempfile
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    files = [
+        a.path for a in client.list_artifacts(run_id, "eval") if a.path.endswith(".tasks.jsonl")
+    ]
+    if not files:
+        return None
+    lines: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for path in sorted(files):
+            local = Path(client.download_artifacts(run_id, path, scratch))
+            lines += [json.loads(row) for row in local.read_text().splitlines() if row.strip()]
+    return lines

@@ -44,9 +44,22 @@ def test_guarded_summary_counts_as_zero_and_no_call_metric_needs_such_tasks():
     assert "in_domain/no_call_accuracy" not in m
 
 
+def test_prompts_that_do_not_fit_count_as_failures_in_success_only():
+    m = in_domain_metrics([breakdown(), breakdown(tool=0.5)], too_long=2)
+    assert m["in_domain/success_at_0.9"] == pytest.approx(1 / 4)  # out of every task drawn
+    assert m["in_domain/process"] == pytest.approx(0.75)  # the means describe what ran
+    assert m["in_domain/tasks"] == 2
+    assert in_domain_metrics([], too_long=3) == {
+        "in_domain/success_at_0.9": 0.0,
+        "in_domain/tasks": 0.0,
+    }
+
+
 def test_errors():
     with pytest.raises(ValueError, match="no rollouts"):
         in_domain_metrics([])
+    with pytest.raises(ValueError, match="too_long must be >= 0"):
+        in_domain_metrics([breakdown()], too_long=-1)
     with pytest.raises(ValueError, match="process-mode"):
         in_domain_metrics([dataclasses.replace(breakdown(), mode="execution")])
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from slca.eval.report import arm, markdown_table, summarise, write_report
+from slca.eval.report import arm, markdown_table, paired_differences, summarise, write_report
 from slca.tracking import RunRecord
 
 
@@ -83,3 +83,49 @@ def test_write_report_files(tmp_path):
     assert summary["grpo"]["mean"]["eval/in_domain/process"] == 0.4
     with pytest.raises(ValueError, match="no finished run"):
         write_report([], tmp_path / "none", "x")
+
+
+def test_an_overall_shows_how_many_prompts_it_counted_as_failures():
+    runs = [
+        run("a", "slca", **{"eval/bfcl/overall": 0.1, "eval/bfcl/too_long": 12.0}),
+        run("b", "grpo", **{"eval/bfcl/overall": 0.2, "eval/bfcl/too_long": 0.0}),
+    ]
+    table = markdown_table(summarise(runs))
+    assert "| slca | 1 | 10 ± 0 (12 too long) |" in table
+    assert "| grpo | 1 | 20 ± 0 |" in table
+
+
+def lines(successes):
+    return [
+        {"set": "in_domain", "task_id": f"t{i}", "process": float(ok), "redundant": 1 - ok}
+        for i, ok in enumerate(successes)
+    ]
+
+
+def test_every_arm_is_compared_with_grpo_and_sft_task_by_task(tmp_path):
+    runs = [
+        run("sft", name="eval-sft"),
+        run("g0", "grpo", "0"),
+        run("g1", "grpo", "1"),
+        run("s0", "slca", "0"),
+        run("s1", "slca", "1"),
+    ]
+    per_run = {
+        "sft": lines([0, 0, 0, 0]),
+        "g0": lines([1, 0, 0, 0]),
+        "g1": lines([0, 1, 0, 0]),
+        "s0": lines([1, 1, 1, 0]),
+        "s1": lines([1, 1, 0, 1]),
+    }
+    paired = paired_differences(summarise(runs), per_run)
+    assert set(paired) == {"grpo", "slca"}
+    assert paired["slca"]["vs_grpo"]["success_points"]["mean"] == pytest.approx(50.0)
+    assert paired["slca"]["vs_sft"]["success_points"]["mean"] == pytest.approx(75.0)
+    assert paired["slca"]["vs_grpo"]["redundant_per_task"]["mean"] == pytest.approx(-0.5)
+    assert set(paired["grpo"]) == {"vs_sft"}
+    text = write_report(runs, tmp_path / "out", "t", per_run).read_text()
+    assert "| slca | +50.0 [" in text and "| grpo | – | +25.0 [" in text
+    summary = json.loads((tmp_path / "out/summary.json").read_text())
+    assert summary["slca"]["paired"]["vs_sft"]["success_points"]["seeds"] == 2
+    missing = {**per_run, "g1": None}
+    assert set(paired_differences(summarise(runs), missing)["slca"]) == {"vs_sft"}

@@ -80,11 +80,11 @@ def test_tau2_gold_policy_scores_one_and_a_silent_one_zero(records, tokenizer):
     tasks = records["tau2"]
     answers = ["\n".join(t.facts.get("communicate_info", [])) or "Done." for t in tasks]
     good = scripted(tokenizer, [gold_script(t, a) for t, a in zip(tasks, answers)])
-    metrics, lines = _score_tau2(EvaluateParams(), tasks, good)
+    metrics, lines = _score_tau2(EvaluateParams(), tasks, [], good)
     assert metrics["tau2/overall"] == 1.0 and metrics["tau2/airline"] == 1.0
     assert [line["calls"] for line in lines] == [t.n_calls for t in tasks]
     silent = scripted(tokenizer, [["I cannot help."]] * len(tasks))
-    metrics, _ = _score_tau2(EvaluateParams(), tasks, silent)
+    metrics, _ = _score_tau2(EvaluateParams(), tasks, [], silent)
     # a task whose right outcome is to change nothing passes even a silent policy (τ²'s
     # own semantics); one that needs a write does not
     assert metrics["tau2/overall"] < 1.0
@@ -93,11 +93,11 @@ def test_tau2_gold_policy_scores_one_and_a_silent_one_zero(records, tokenizer):
 def test_bfcl_gold_first_turn_is_valid_and_a_wrong_call_is_not(records, tokenizer):
     tasks = records["bfcl"]
     good = scripted(tokenizer, [gold_script(t, "ok")[:1] for t in tasks])
-    metrics, lines = _score_bfcl(EvaluateParams(), tasks, good)
+    metrics, lines = _score_bfcl(EvaluateParams(), tasks, [], good)
     assert metrics["bfcl/simple_python"] == 1.0 and metrics["bfcl/irrelevance"] == 1.0
     assert all(line["valid"] for line in lines)
     wrong = '<tool_call>\n{"name": "nope", "arguments": {}}\n</tool_call>'
-    metrics, lines = _score_bfcl(EvaluateParams(), tasks, scripted(tokenizer, [[wrong]] * 2))
+    metrics, lines = _score_bfcl(EvaluateParams(), tasks, [], scripted(tokenizer, [[wrong]] * 2))
     assert metrics["bfcl/overall"] == 0.0
     assert lines[0]["error_type"] == "simple_function_checker:wrong_func_name"
 
@@ -107,13 +107,35 @@ def test_bfcl_multi_turn_runs_every_user_turn_on_the_live_apis(records, tokenize
     gold = bfcl_multi_turn.ground_truth()["multi_turn_base_1"]
     script = [s for turn in gold for s in (bfcl_json_step(tasks[1].id, turn), "Done.")]
     good = scripted(tokenizer, {tasks[0].id: gold_script(tasks[0], "ok")[:1], tasks[1].id: script})
-    metrics, lines = _score_bfcl(EvaluateParams(), tasks, good)
+    metrics, lines = _score_bfcl(EvaluateParams(), tasks, [], good)
     assert metrics["bfcl/multi_turn_base"] == 1.0 and metrics["bfcl/multi_turn"] == 1.0
     assert metrics["bfcl/overall"] == 1.0 and [line["valid"] for line in lines] == [True, True]
     silent = scripted(tokenizer, {tasks[0].id: ["ok"], tasks[1].id: ["I will not."]})
-    metrics, lines = _score_bfcl(EvaluateParams(), tasks, silent)
+    metrics, lines = _score_bfcl(EvaluateParams(), tasks, [], silent)
     assert metrics["bfcl/multi_turn_base"] == 0.0
     assert lines[1]["error_type"] == "multi_turn:empty_turn_model_response"
+
+
+def test_prompts_that_do_not_fit_count_as_failures_in_every_overall(records, tokenizer):
+    """BFCL scores a prompt the model cannot take as a failure; so does every set here:
+    the overall falls by the share left out, and each such task gets a line saying why."""
+    bfcl_tasks = records["bfcl"]
+    good = scripted(tokenizer, [gold_script(t, "ok")[:1] for t in bfcl_tasks[:1]])
+    metrics, lines = _score_bfcl(EvaluateParams(), bfcl_tasks[:1], bfcl_tasks[1:], good)
+    assert metrics["bfcl/simple_python"] == 1.0 and metrics["bfcl/irrelevance"] == 0.0
+    assert metrics["bfcl/overall"] == 0.5
+    assert lines[1] == {
+        "task_id": bfcl_tasks[1].id, "finish": "too_long", "turns": [],
+        "valid": False, "error_type": "too_long",
+    }  # fmt: skip
+    nothing = scripted(tokenizer, [])
+    metrics, lines = _score_bfcl(EvaluateParams(), [], bfcl_tasks, nothing)
+    assert metrics["bfcl/overall"] == 0.0 and len(lines) == 2
+    tau2_tasks = records["tau2"]
+    metrics, lines = _score_tau2(EvaluateParams(), [], tau2_tasks, nothing)
+    assert metrics["tau2/overall"] == 0.0 and metrics["tau2/airline"] == 0.0
+    assert [line["reward"] for line in lines] == [0.0, 0.0]
+    assert [line["task_id"] for line in lines] == [t.id for t in tau2_tasks]
 
 
 def test_bfcl_categories_are_checked_at_load_time():
