@@ -108,11 +108,16 @@ gpu-bundle: $(STAMP)
 	$(PY) -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
 		--python-version $(GPU_PYVER) --implementation cp --platform manylinux_2_28_x86_64 \
 		--platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .gpu/wheels $(GPU_WHEELS)
+	rm -rf .gpu/deepspeed
+	DS_BUILD_OPS=0 $(PY) -m pip wheel -q --disable-pip-version-check --no-deps \
+		--no-build-isolation -w .gpu/deepspeed $(DEEPSPEED)
+	$(PY) -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+		-d .gpu/deepspeed hjson==3.1.0
 	$(PY) tools/gpu_check.py --bundle .gpu
 
 gpu-check:
-	@if [ -d .gpu/wheels ]; then $(GPU_PYTHON) -m pip install -q --no-index --no-deps \
-		--no-compile --upgrade --target .gpu/site .gpu/wheels/*.whl; fi
+	@for d in .gpu/wheels .gpu/deepspeed; do [ ! -d $$d ] || $(GPU_PYTHON) -m pip install \
+		-q --no-index --no-deps --no-compile --upgrade --target .gpu/site $$d/*.whl || exit; done
 	PYTHONPATH="$(CURDIR):$(CURDIR)/.gpu/site$${PYTHONPATH:+:$$PYTHONPATH}" \
 		$(GPU_PYTHON) tools/gpu_check.py $(GPU_CHECK_ARGS)
 

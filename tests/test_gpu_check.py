@@ -109,3 +109,22 @@ def test_mfu_and_phase_figures_follow_the_stated_formula(monkeypatch):
     assert figures["mfu_update"] == pytest.approx(8e9 / 0.5 / 1e12)
     assert figures["mfu_step"] == pytest.approx((8e9 + 2e9) / 2.0 / 1e12)
     assert figures["final_metrics"] == {"rollout/policy_tokens": 240.0, "reward/tool": 0.5}
+
+
+def test_a_part_can_choose_the_update_engine_beside_the_rollout_engine(tmp_path):
+    """The DeepSpeed part passes ``engine`` (the update engine) with the rollout engine:
+    the two must not collide (a collision was only found when the part first ran)."""
+    tool = load_tool()
+    args = tool.argparse.Namespace(smoke=False, steps=10, budget_s=1.0)
+    report = tool.Report(tmp_path / "report.json", "full")
+    check = tool.Check(args, report, tmp_path / "w")
+    config = check.train_config(
+        "slca",
+        "hf",
+        "deepspeed",
+        steps=3,
+        engine={"engine": "deepspeed", "zero_stage": 2, "optim": {"lr": 1e-6}},
+    )
+    assert config.engine.engine == "deepspeed" and config.engine.zero_stage == 2
+    assert config.rollout.engine == "hf" and config.steps == 3
+    assert config.out_dir == str(tmp_path / "w" / "models" / "slca-deepspeed")

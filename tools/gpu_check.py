@@ -362,7 +362,7 @@ class Check:
             "last_loss": figures["sft/last_loss"],
         }
 
-    def train_config(self, estimator: str, engine: str, label: str, **extra: Any):
+    def train_config(self, estimator: str, rollout_engine: str, label: str, **extra: Any):
         from slca.config.train import TrainConfig
 
         smoke, name = self.smoke, f"{estimator}-{label}"
@@ -383,7 +383,7 @@ class Check:
                 "max_new_tokens": 16 if smoke else 96,
                 "max_turns": 2 if smoke else 3,
                 "max_total_tokens": 4096,
-                "engine": "vllm" if engine == "vllm" else "hf",
+                "engine": "vllm" if rollout_engine == "vllm" else "hf",
             },
             "update": {"micro_batch_size": 4 if smoke else 8},
             "engine": {"optim": {"lr": 1e-4 if smoke else 1e-6}},
@@ -392,19 +392,20 @@ class Check:
         return TrainConfig.model_validate(settings)
 
     def train(
-        self, estimator: str, engine: str, label: str | None = None, **extra: Any
+        self, estimator: str, rollout_engine: str, label: str | None = None, **extra: Any
     ) -> dict[str, Any]:
-        """``engine``: the rollout engine; ``label`` names the run's directories."""
+        """``label`` names the run's directories; ``extra``: TrainConfig fields (such as
+        ``engine``, the update engine), which replace the check's."""
         from slca.training.session import run_train
 
-        config = self.train_config(estimator, engine, label or engine, **extra)
+        config = self.train_config(estimator, rollout_engine, label or rollout_engine, **extra)
         steps: list[dict[str, float]] = []
         run_train(config, progress=lambda step, metrics: steps.append(dict(metrics)), track=False)
         forwards = int(config.algorithm.loss.kl_coef > 0)
         figures = rl_figures(steps, parameter_count(Path(config.out_dir)), forwards)
         return {
             "device": "cuda" if self.cuda else "cpu",
-            "rollout_engine": engine,
+            "rollout_engine": rollout_engine,
             "update_engine": config.engine.engine,
             "bf16": config.engine.resolved_bf16(),
             **figures,
@@ -504,9 +505,6 @@ def run_parts(check: Check, args: argparse.Namespace) -> None:
         check.run(
             f"train/{estimator}/hf", ("sft",), lambda e=estimator: check.train(e, "hf"), cuda=gpu
         )
-    for model in ("sft", "grpo-hf", "slca-hf"):
-        needs = ("sft",) if model == "sft" else (f"train/{model.replace('-', '/')}",)
-        check.run(f"eval/{model}", needs, lambda m=model: check.evaluate(m), cuda=gpu)
     for estimator in ("grpo", "slca"):
         check.run(
             f"train/{estimator}/vllm",
@@ -532,6 +530,10 @@ def run_parts(check: Check, args: argparse.Namespace) -> None:
         absent=(not has("deepspeed"), "deepspeed is not importable"),
         smoke=smoke_skip,
     )
+    # Quality last: when the time budget runs out, the engine paths have been measured.
+    for model in ("sft", "grpo-hf", "slca-hf"):
+        needs = ("sft",) if model == "sft" else (f"train/{model.replace('-', '/')}",)
+        check.run(f"eval/{model}", needs, lambda m=model: check.evaluate(m), cuda=gpu)
 
 
 # --- the bundle ------------------------------------------------------------------------

@@ -143,21 +143,21 @@ class HFEngine:
                 attention_mask=attention.to(device),
                 generation_config=config,
             )
-        new_tokens = result.sequences[:, width:].cpu()
+        new_tokens = result.sequences[:, width:]  # on the model's device, as the logits
         logprobs = (
             torch.stack(
                 [
                     torch.log_softmax(step.float() / temperature, dim=-1)
                     .gather(1, new_tokens[:, t : t + 1])
                     .squeeze(1)
-                    .cpu()
                     for t, step in enumerate(result.logits)
                 ],
                 dim=1,
-            )
+            ).cpu()
             if result.logits
             else torch.zeros(len(chunk), 0)
         )
+        new_tokens = new_tokens.cpu()
         generations = []
         stops = set(self.stop_token_ids)
         for row in range(len(chunk)):

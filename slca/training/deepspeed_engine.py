@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import os
+import re
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -71,6 +74,42 @@ def _no_op_builds_on_cpu() -> None:
         deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
 
 
+_ARCH = re.compile(r"(\d+)\.(\d+)[a-z]*(\+PTX)?")
+
+
+def arch_list_deepspeed_parses(value: str) -> str:
+    """``TORCH_CUDA_ARCH_LIST`` without the arch-specific suffixes that torch accepts and
+    DeepSpeed 0.19's JIT builder cannot parse (``"9.0a"`` → ``"9.0"``; ``+PTX`` kept);
+    entries of another form are left as they are."""
+    out: list[str] = []
+    for entry in value.replace(" ", ";").split(";"):
+        match = _ARCH.fullmatch(entry.strip())
+        kept = f"{match[1]}.{match[2]}{match[3] or ''}" if match else entry.strip()
+        if kept and kept not in out:
+            out.append(kept)
+    return ";".join(out)
+
+
+@contextlib.contextmanager
+def _arch_list_for_deepspeed():
+    """While DeepSpeed JIT-builds its ops (FusedAdam, in ``deepspeed.initialize``): CUDA
+    images for Hopper set ``TORCH_CUDA_ARCH_LIST=9.0a``, on which that build fails with
+    ``int('0a')`` (seen on an H200). The variable is restored afterwards."""
+    value = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    parsed = arch_list_deepspeed_parses(value) if value else value
+    if parsed == value:
+        yield
+        return
+    logging.getLogger(__name__).warning(
+        "TORCH_CUDA_ARCH_LIST=%r: DeepSpeed's op builds read it as %r", value, parsed
+    )
+    os.environ["TORCH_CUDA_ARCH_LIST"] = parsed
+    try:
+        yield
+    finally:
+        os.environ["TORCH_CUDA_ARCH_LIST"] = value
+
+
 class DeepSpeedEngine:
     """``deepspeed.initialize`` around ``model``; one instance per rank.
 
@@ -93,12 +132,13 @@ class DeepSpeedEngine:
         if config.gradient_checkpointing:
             enable_gradient_checkpointing(model)
         factor = lr_factor(config.optim)
-        self._ds, self.optimizer, _, self.scheduler = deepspeed.initialize(
-            model=model,
-            model_parameters=[p for p in model.parameters() if p.requires_grad],
-            config=deepspeed_config(config),
-            lr_scheduler=lambda optimizer: LambdaLR(optimizer, factor),
-        )
+        with _arch_list_for_deepspeed():
+            self._ds, self.optimizer, _, self.scheduler = deepspeed.initialize(
+                model=model,
+                model_parameters=[p for p in model.parameters() if p.requires_grad],
+                config=deepspeed_config(config),
+                lr_scheduler=lambda optimizer: LambdaLR(optimizer, factor),
+            )
         self._dist = dist
 
     @property

@@ -41,6 +41,20 @@ def test_sampling_is_reproducible_by_seed_and_logprobs_match_the_model(model, to
         )
 
 
+@pytest.mark.gpu
+def test_a_model_on_cuda_generates_with_logprobs_on_the_cpu(tokenizer):
+    """The logits are on the model's device: the sampled tokens index them there (a CPU
+    index into CUDA logits failed the first GPU check)."""
+    model = tiny_model(tokenizer, seed=2).to("cuda")
+    engine = HFEngine(model, tokenizer, batch_size=2)
+    params = SamplingParams(max_new_tokens=6, temperature=0.8, seed=1)
+    for prompt, g in zip(prompts(tokenizer), engine.generate(prompts(tokenizer), params)):
+        recomputed = sequence_logprobs(model, prompt + g.token_ids, temperature=0.8).cpu()
+        torch.testing.assert_close(
+            recomputed[len(prompt) :], torch.tensor(g.logprobs), atol=1e-3, rtol=1e-3
+        )
+
+
 def test_greedy_picks_the_argmax(model, tokenizer):
     (g,) = HFEngine(model, tokenizer).generate(
         prompts(tokenizer)[:1], SamplingParams(max_new_tokens=1, temperature=0)

@@ -320,6 +320,21 @@ def test_config_errors_name_the_key(settings, message):
         EngineConfig.model_validate(settings)
 
 
+def test_deepspeed_builds_read_an_arch_list_without_arch_specific_suffixes(monkeypatch):
+    from slca.training import deepspeed_engine as ds
+
+    assert ds.arch_list_deepspeed_parses("9.0a") == "9.0"
+    assert ds.arch_list_deepspeed_parses("8.0 9.0a;9.0;10.0f+PTX") == "8.0;9.0;10.0+PTX"
+    assert ds.arch_list_deepspeed_parses("8.6;Hopper") == "8.6;Hopper"  # left to DeepSpeed
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0a")
+    with ds._arch_list_for_deepspeed():
+        assert os.environ["TORCH_CUDA_ARCH_LIST"] == "9.0"
+    assert os.environ["TORCH_CUDA_ARCH_LIST"] == "9.0a"  # restored
+    monkeypatch.delenv("TORCH_CUDA_ARCH_LIST")
+    with ds._arch_list_for_deepspeed():
+        assert "TORCH_CUDA_ARCH_LIST" not in os.environ
+
+
 def test_deepspeed_json_is_checked_when_the_config_loads(tmp_path):
     for stage in (1, 2, 3):
         config = EngineConfig(engine="deepspeed", zero_stage=stage)
