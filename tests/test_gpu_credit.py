@@ -1,0 +1,41 @@
+"""tools/gpu_credit.py: the credit benchmark's GPU version runs end to end (here in its
+CPU smoke mode: tiny model, 1 step, 4 tasks) and reports paired differences that agree
+with the per-arm rates."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TOOL = Path(__file__).resolve().parents[1] / "tools" / "gpu_credit.py"
+
+
+@pytest.mark.slow
+def test_the_smoke_comparison_runs_every_arm_and_seed_and_pairs_them(tmp_path):
+    out = tmp_path / "credit.json"
+    cmd = [sys.executable, str(TOOL), "--smoke", "--seeds", "2", "--parallel", "2"]
+    cmd += ["--out", str(out), "--work", str(tmp_path / "w")]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-4000:]
+    report = json.loads(out.read_text())
+    assert report["mode"] == "credit-smoke" and report["summary"]["failed"] == 0
+    comparison = report["comparison"]
+    assert set(comparison["runs"]) == {"grpo-s0", "grpo-s1", "slca-s0", "slca-s1"}
+    for name, entry in comparison["runs"].items():
+        assert entry["exit"] == 0 and entry["train"]["status"] == "ok", name
+        assert entry["train"]["steps"] == 1 and entry["eval"]["tasks"] == 4
+    arms = comparison["arms"]
+    assert arms["sft"]["runs"] == 1 and arms["grpo"]["runs"] == arms["slca"]["runs"] == 2
+    # the same tasks for every model: the paired mean is the difference of the rates
+    sft_lines = (tmp_path / "w" / "eval" / "sft.tasks.jsonl").read_text().splitlines()
+    assert sft_lines
+    for arm, base in (("slca", "grpo"), ("grpo", "sft"), ("slca", "sft")):
+        d = comparison["paired"][f"{arm}-{base}/success"]
+        assert d["tasks"] == len(sft_lines) and d["seeds"] == 2
+        rate = arms[arm]["success_at_0.9"] - arms[base]["success_at_0.9"]
+        assert d["mean"] == pytest.approx(rate)
+        assert d["low"] <= d["mean"] <= d["high"]
+    table = out.with_suffix(".md").read_text()
+    assert table.startswith("| arm | runs | Success@0.9 |") and "| slca | 2 |" in table

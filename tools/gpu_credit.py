@@ -1,0 +1,220 @@
+"""The credit benchmark on SmolLM2 in one GPU call (issue 15, items 4 and 5): one SFT
+checkpoint, then GRPO and SLCA × N seeds run side by side on the one GPU, each evaluated
+on the same in-domain test tasks, with paired differences (SLCA − GRPO, each − SFT; 95 %
+BCa intervals over tasks, ``slca.eval.paired``).
+
+Why side by side: the GPU check measured one HF-engine RL run at 0.2–0.5 % MFU of its
+step (generation is latency-bound), so ten runs share one H200 without waiting on each
+other much, and a 5-seed comparison fits a 10-minute call that one run after another
+would not (about 30 minutes).
+
+Every setting is fixed here, before any run, and is the same for every arm (``SETTINGS``
+and the check's RL settings in ``tools/gpu_check.py``); the evaluation never depends on
+the arm. It reuses the GPU check's parts, environment and bundle (``make gpu-bundle``;
+run it as ``make gpu-check`` runs ``tools/gpu_check.py``, README "Scaling out")::
+
+    python tools/gpu_credit.py --model /tmp/smollm2.gguf --out /tmp/credit.json
+    python tools/gpu_credit.py --smoke --out /tmp/credit.json   # tiny model, CPU if no GPU
+
+The report (JSON, rewritten after every part) holds each run's status, RL figures and
+evaluation; ``<out>.md`` holds the table. A run that fails or outlives ``--budget-s`` is
+reported as such; the comparison uses the runs that finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+TOOLS = Path(__file__).resolve().parent
+_spec = importlib.util.spec_from_file_location("gpu_check", TOOLS / "gpu_check.py")
+gpu_check = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(gpu_check)
+
+SETTINGS: dict[str, Any] = {
+    "steps": 16,  # the CPU default's RL budget (params.yaml)
+    "lr": 5e-6,  # 5× the GPU check's 1e-6, which moved SmolLM2 little in 10 steps
+    "micro_batch_size": 4,  # half the check's: ten runs' activations share 141 GB
+    "eval_tasks": 100,  # the in-domain test tasks every model meets (the CPU lab's 100)
+}
+"""The comparison's settings besides the GPU check's RL settings (8 tasks × G 4, up to
+3 turns of 96 new tokens, temperature 1, the default rewards, KL and estimators)."""
+
+
+def run_name(estimator: str, seed: int) -> str:
+    return f"{estimator}-s{seed}"
+
+
+def worker(args: argparse.Namespace) -> int:
+    """One arm × seed: train, then evaluate; its own report under ``work/runs``."""
+    estimator, seed = args.worker[0], int(args.worker[1])
+    name = run_name(estimator, seed)
+    report = gpu_check.Report(args.work / "runs" / f"{name}.json", "credit-run")
+    check = gpu_check.Check(args, report, args.work)
+    extra: dict[str, Any] = {"seed": seed}
+    if not args.smoke:
+        extra.update(
+            steps=args.steps,
+            update={"micro_batch_size": SETTINGS["micro_batch_size"]},
+            engine={"optim": {"lr": args.lr}},
+        )
+    check.run("train", (), lambda: check.train(estimator, "hf", f"s{seed}", **extra))
+    check.run("eval", ("train",), lambda: check.evaluate(name))
+    return 1 if report.data["summary"]["failed"] else 0
+
+
+def launch(args: argparse.Namespace, runs: list[tuple[str, int]], deadline: float) -> dict:
+    """The runs as subprocesses, ``--parallel`` at a time; what each one ended with."""
+    base = [sys.executable, str(Path(__file__).resolve()), "--work", str(args.work)]
+    base += ["--model", args.model, "--steps", str(args.steps), "--lr", str(args.lr)]
+    base += ["--eval-tasks", str(args.eval_tasks), "--budget-s", str(args.budget_s)]
+    base += ["--smoke"] if args.smoke else []
+    env = {**os.environ, "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    (args.work / "logs").mkdir(parents=True, exist_ok=True)
+    pending, active, ended = list(runs), {}, {}
+    while pending or active:
+        while pending and len(active) < args.parallel and time.perf_counter() < deadline:
+            estimator, seed = pending.pop(0)
+            name = run_name(estimator, seed)
+            log = (args.work / "logs" / f"{name}.log").open("w")
+            cmd = base + ["--worker", estimator, str(seed)]
+            active[name] = (
+                subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env),
+                log,
+            )
+        for name, (proc, log) in list(active.items()):
+            if proc.poll() is None and time.perf_counter() > deadline:
+                proc.kill()
+            if proc.poll() is not None:
+                log.close()
+                ended[name] = proc.returncode
+                del active[name]
+        if not active and time.perf_counter() >= deadline:
+            ended.update({run_name(e, s): "not started (time budget)" for e, s in pending})
+            pending = []
+        time.sleep(1)
+    return ended
+
+
+def task_lines(work: Path, model: str) -> list[dict]:
+    path = work / "eval" / f"{model}.tasks.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def compare(args: argparse.Namespace, ended: dict) -> tuple[dict, list[str]]:
+    """Per-run figures, per-arm means and the paired differences; the markdown table."""
+    from slca.eval.paired import paired_difference, redundant_by_task, success_by_task
+
+    outcomes: dict[str, dict[str, dict]] = {"sft": {}}
+    sft_lines = task_lines(args.work, "sft")
+    outcomes["sft"]["0"] = {"success": success_by_task(sft_lines)}
+    outcomes["sft"]["0"]["redundant"] = redundant_by_task(sft_lines)
+    runs: dict[str, Any] = {}
+    for estimator in args.arms:
+        for seed in range(args.seeds):
+            name = run_name(estimator, seed)
+            path = args.work / "runs" / f"{name}.json"
+            parts = json.loads(path.read_text())["parts"] if path.exists() else {}
+            runs[name] = {"exit": ended.get(name), **{k: v for k, v in parts.items()}}
+            if parts.get("eval", {}).get("status") == "ok":
+                lines = task_lines(args.work, name)
+                outcomes.setdefault(estimator, {})[str(seed)] = {
+                    "success": success_by_task(lines),
+                    "redundant": redundant_by_task(lines),
+                }
+    arms: dict[str, Any] = {}
+    for arm, by_seed in outcomes.items():
+        rates = [100 * statistics.fmean(o["success"].values()) for o in by_seed.values()]
+        arms[arm] = {
+            "runs": len(rates),
+            "success_at_0.9": statistics.fmean(rates) if rates else None,
+            "std": statistics.stdev(rates) if len(rates) > 1 else 0.0,
+        }
+    paired: dict[str, Any] = {}
+    pairs = [(a, "sft") for a in args.arms] + [("slca", "grpo")]
+    for arm, base in pairs:
+        if outcomes.get(arm) and outcomes.get(base) and arm != base:
+            for key, scale in (("success", 100.0), ("redundant", 1.0)):
+                d = paired_difference(
+                    {s: o[key] for s, o in outcomes[arm].items()},
+                    {s: o[key] for s, o in outcomes[base].items()},
+                )
+                paired[f"{arm}-{base}/{key}"] = {
+                    "mean": d.mean * scale,
+                    "low": d.low * scale,
+                    "high": d.high * scale,
+                    "tasks": d.tasks,
+                    "seeds": d.seeds,
+                }
+    table = ["| arm | runs | Success@0.9 | − SFT (95 % CI) | − GRPO (95 % CI) |"]
+    table.append("|---|---|---|---|---|")
+    for arm, a in arms.items():
+
+        def cell(base: str, arm: str = arm) -> str:
+            d = paired.get(f"{arm}-{base}/success")
+            return "–" if d is None else f"{d['mean']:+.1f} [{d['low']:+.1f}, {d['high']:+.1f}]"
+
+        rate = "–" if a["success_at_0.9"] is None else f"{a['success_at_0.9']:.1f} ± {a['std']:.1f}"
+        table.append(f"| {arm} | {a['runs']} | {rate} | {cell('sft')} | {cell('grpo')} |")
+    return {"runs": runs, "arms": arms, "paired": paired}, table
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny model, 1 step; CPU if no GPU")
+    parser.add_argument("--model", default="smollm2", help="smollm2, a .gguf file or HF dir")
+    parser.add_argument("--arms", nargs="+", default=["grpo", "slca"])
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--parallel", type=int, default=10, help="runs at a time on the GPU")
+    parser.add_argument("--steps", type=int, default=SETTINGS["steps"])
+    parser.add_argument("--lr", type=float, default=SETTINGS["lr"])
+    parser.add_argument("--eval-tasks", type=int, default=SETTINGS["eval_tasks"])
+    parser.add_argument("--budget-s", type=float, default=540.0, help="runs are killed after")
+    parser.add_argument("--out", type=Path, help="the JSON report (default: reports/gpu-credit/)")
+    parser.add_argument("--work", type=Path, help="scratch directory (default: a temporary one)")
+    parser.add_argument("--worker", nargs=2, metavar=("ESTIMATOR", "SEED"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    args.weights = "pretrained"
+    sys.path.insert(0, str(gpu_check.REPO))
+    if args.worker:
+        return worker(args)
+
+    started = time.perf_counter()
+    mode = "credit-smoke" if args.smoke else "credit"
+    out = args.out or gpu_check.REPO / "reports" / "gpu-credit" / f"{int(time.time())}.json"
+    report = gpu_check.Report(out, mode)
+    report.data["settings"] = {**SETTINGS, **{k: str(v) for k, v in vars(args).items()}}
+    if report.data["environment"]["missing_modules"]:
+        report.part("environment", "failed", error="missing modules; see tools/gpu_check.py")
+        return 1
+    args.work = args.work or Path(tempfile.mkdtemp(prefix="slca-gpu-credit-"))
+    check = gpu_check.Check(args, report, args.work)
+    gpu = not args.smoke
+    check.run("prepare", (), check.prepare, cuda=gpu)
+    check.run("base_model", ("prepare",), check.base_model, cuda=gpu)
+    check.run("sft", ("base_model",), check.sft, cuda=gpu)
+    check.run("eval/sft", ("sft",), lambda: check.evaluate("sft"), cuda=gpu)
+    if report.status("eval/sft") != "ok":
+        return 1
+    runs = [(estimator, seed) for seed in range(args.seeds) for estimator in args.arms]
+    ended = launch(args, runs, started + args.budget_s)
+    results, table = compare(args, ended)
+    report.data["comparison"] = results
+    failed = [n for n, r in results["runs"].items() if r.get("eval", {}).get("status") != "ok"]
+    report.part("runs", "failed" if failed else "ok", **({"error": f"{failed}"} if failed else {}))
+    out.with_suffix(".md").write_text("\n".join(table) + "\n")
+    print("\n".join(table), file=sys.stderr)
+    return 1 if report.data["summary"]["failed"] else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
