@@ -27,15 +27,17 @@ def test_the_smoke_comparison_runs_every_arm_and_seed_and_pairs_them(tmp_path):
         assert entry["exit"] == 0 and entry["train"]["status"] == "ok", name
         assert entry["train"]["steps"] == 1 and entry["eval"]["tasks"] == 4
     arms = comparison["arms"]
-    assert arms["sft"]["runs"] == 1 and arms["grpo"]["runs"] == arms["slca"]["runs"] == 2
+    assert len(arms["sft"]["seeds"]) == 1
+    assert arms["grpo"]["seeds"] == arms["slca"]["seeds"] == ["0", "1"]
     # the same tasks for every model: the paired mean is the difference of the rates
     sft_lines = (tmp_path / "w" / "eval" / "sft.tasks.jsonl").read_text().splitlines()
     assert sft_lines
+    rate = {a: 100 * arms[a]["mean"]["eval/in_domain/success_at_0.9"] for a in arms}
     for arm, base in (("slca", "grpo"), ("grpo", "sft"), ("slca", "sft")):
-        d = comparison["paired"][f"{arm}-{base}/success"]
+        d = comparison["paired"][arm][f"vs_{base}"]["success_points"]
         assert d["tasks"] == len(sft_lines) and d["seeds"] == 2
-        rate = arms[arm]["success_at_0.9"] - arms[base]["success_at_0.9"]
-        assert d["mean"] == pytest.approx(rate)
+        assert d["mean"] == pytest.approx(rate[arm] - rate[base])
         assert d["low"] <= d["mean"] <= d["high"]
-    table = out.with_suffix(".md").read_text()
-    assert table.startswith("| arm | runs | Success@0.9 |") and "| slca | 2 |" in table
+    tables = out.with_suffix(".md").read_text()
+    assert tables.startswith("| arm | seeds | Success@0.9 (%) |") and "| slca | 2 |" in tables
+    assert "| arm | Success@0.9 − GRPO (points) |" in tables

@@ -27,12 +27,12 @@ import argparse
 import importlib.util
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 TOOLS = Path(__file__).resolve().parent
@@ -110,62 +110,38 @@ def task_lines(work: Path, model: str) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def compare(args: argparse.Namespace, ended: dict) -> tuple[dict, list[str]]:
-    """Per-run figures, per-arm means and the paired differences; the markdown table."""
-    from slca.eval.paired import paired_difference, redundant_by_task, success_by_task
+def compare(args: argparse.Namespace, ended: dict) -> tuple[dict, str]:
+    """Each run's parts, the arms' means and the paired differences, as ``slca report``
+    computes them from MLflow runs (here from the runs' own reports; MLflow is not on
+    the GPU image); and its markdown tables."""
+    from slca.eval.report import markdown_table, paired_differences, paired_table, summarise
 
-    outcomes: dict[str, dict[str, dict]] = {"sft": {}}
-    sft_lines = task_lines(args.work, "sft")
-    outcomes["sft"]["0"] = {"success": success_by_task(sft_lines)}
-    outcomes["sft"]["0"]["redundant"] = redundant_by_task(sft_lines)
+    def record(name: str, metrics: dict, params: dict) -> SimpleNamespace:
+        # what summarise reads of an MLflow run (slca.tracking.RunRecord)
+        evaluated = {f"eval/{key}": value for key, value in metrics.items()}
+        return SimpleNamespace(
+            run_id=name, name=name, start_time=0, params=params, metrics=evaluated
+        )
+
+    sft = json.loads((args.work / "eval" / "sft.json").read_text())
+    records = [record("eval-sft", sft, {})]
+    lines = {"eval-sft": task_lines(args.work, "sft")}
     runs: dict[str, Any] = {}
     for estimator in args.arms:
         for seed in range(args.seeds):
             name = run_name(estimator, seed)
             path = args.work / "runs" / f"{name}.json"
             parts = json.loads(path.read_text())["parts"] if path.exists() else {}
-            runs[name] = {"exit": ended.get(name), **{k: v for k, v in parts.items()}}
+            runs[name] = {"exit": ended.get(name), **parts}
             if parts.get("eval", {}).get("status") == "ok":
-                lines = task_lines(args.work, name)
-                outcomes.setdefault(estimator, {})[str(seed)] = {
-                    "success": success_by_task(lines),
-                    "redundant": redundant_by_task(lines),
-                }
-    arms: dict[str, Any] = {}
-    for arm, by_seed in outcomes.items():
-        rates = [100 * statistics.fmean(o["success"].values()) for o in by_seed.values()]
-        arms[arm] = {
-            "runs": len(rates),
-            "success_at_0.9": statistics.fmean(rates) if rates else None,
-            "std": statistics.stdev(rates) if len(rates) > 1 else 0.0,
-        }
-    paired: dict[str, Any] = {}
-    pairs = [(a, "sft") for a in args.arms] + [("slca", "grpo")]
-    for arm, base in pairs:
-        if outcomes.get(arm) and outcomes.get(base) and arm != base:
-            for key, scale in (("success", 100.0), ("redundant", 1.0)):
-                d = paired_difference(
-                    {s: o[key] for s, o in outcomes[arm].items()},
-                    {s: o[key] for s, o in outcomes[base].items()},
-                )
-                paired[f"{arm}-{base}/{key}"] = {
-                    "mean": d.mean * scale,
-                    "low": d.low * scale,
-                    "high": d.high * scale,
-                    "tasks": d.tasks,
-                    "seeds": d.seeds,
-                }
-    table = ["| arm | runs | Success@0.9 | − SFT (95 % CI) | − GRPO (95 % CI) |"]
-    table.append("|---|---|---|---|---|")
-    for arm, a in arms.items():
-
-        def cell(base: str, arm: str = arm) -> str:
-            d = paired.get(f"{arm}-{base}/success")
-            return "–" if d is None else f"{d['mean']:+.1f} [{d['low']:+.1f}, {d['high']:+.1f}]"
-
-        rate = "–" if a["success_at_0.9"] is None else f"{a['success_at_0.9']:.1f} ± {a['std']:.1f}"
-        table.append(f"| {arm} | {a['runs']} | {rate} | {cell('sft')} | {cell('grpo')} |")
-    return {"runs": runs, "arms": arms, "paired": paired}, table
+                params = {"algorithm.advantage.estimator": estimator, "seed": str(seed)}
+                records.append(record(name, parts["eval"]["metrics"], params))
+                lines[name] = task_lines(args.work, name)
+    summaries = summarise(records)
+    paired = paired_differences(summaries, lines)
+    arms = {s.arm: {"seeds": s.seeds, "mean": s.mean, "std": s.std} for s in summaries}
+    tables = markdown_table(summaries) + "\n" + paired_table(paired)
+    return {"runs": runs, "arms": arms, "paired": paired}, tables
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -207,12 +183,12 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     runs = [(estimator, seed) for seed in range(args.seeds) for estimator in args.arms]
     ended = launch(args, runs, started + args.budget_s)
-    results, table = compare(args, ended)
+    results, tables = compare(args, ended)
     report.data["comparison"] = results
     failed = [n for n, r in results["runs"].items() if r.get("eval", {}).get("status") != "ok"]
     report.part("runs", "failed" if failed else "ok", **({"error": f"{failed}"} if failed else {}))
-    out.with_suffix(".md").write_text("\n".join(table) + "\n")
-    print("\n".join(table), file=sys.stderr)
+    out.with_suffix(".md").write_text(tables)
+    print(tables, file=sys.stderr)
     return 1 if report.data["summary"]["failed"] else 0
 
 

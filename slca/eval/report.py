@@ -20,9 +20,12 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from slca.atomic import atomic_write_text
-from slca.tracking import RunRecord
+
+if TYPE_CHECKING:  # annotations only: the tables and pairing need no MLflow
+    from slca.tracking import RunRecord
 
 #: (metric key, column title, scale) of the report table, in order.
 COLUMNS = (
