@@ -26,6 +26,9 @@ def test_the_smoke_comparison_runs_every_arm_and_seed_and_pairs_them(tmp_path):
     for name, entry in comparison["runs"].items():
         assert entry["exit"] == 0 and entry["train"]["status"] == "ok", name
         assert entry["train"]["steps"] == 1 and entry["eval"]["tasks"] == 4
+        # the step's figures were streamed as it ended, held-out validation included
+        (point,) = entry["curve"]
+        assert point["step"] == 1 and 0 <= point["val/success_at_0.9"] <= 1
     arms = comparison["arms"]
     assert len(arms["sft"]["seeds"]) == 1
     assert arms["grpo"]["seeds"] == arms["slca"]["seeds"] == ["0", "1"]
@@ -41,3 +44,10 @@ def test_the_smoke_comparison_runs_every_arm_and_seed_and_pairs_them(tmp_path):
     tables = out.with_suffix(".md").read_text()
     assert tables.startswith("| arm | seeds | Success@0.9 (%) |") and "| slca | 2 |" in tables
     assert "| arm | Success@0.9 − GRPO (points) |" in tables
+    for arm in ("grpo", "slca"):
+        (mean,) = comparison["curves"][arm]
+        values = [
+            comparison["runs"][f"{arm}-s{s}"]["curve"][0]["val/success_at_0.9"] for s in (0, 1)
+        ]
+        assert mean["seeds"] == 2 and mean["mean"] == pytest.approx(sum(values) / 2, abs=1e-4)
+    assert "| held-out val/success_at_0.9 | step 1 |" in tables

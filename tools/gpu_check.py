@@ -222,6 +222,11 @@ class Check:
         self.cuda = torch.cuda.is_available()
         self.deadline = time.perf_counter() + args.budget_s
         self.smoke = args.smoke
+        self.on_step = None
+        self.generation_batch_size = 32
+        """Sequences per ``generate`` call in evaluations (the engines' default)."""
+        """Called with each RL step's metrics as it ends (a caller that may be killed
+        keeps what its run reached)."""
 
     def run(self, name: str, needs: tuple[str, ...], body, *, cuda: bool = False, **skip) -> None:
         """Run ``body`` as part ``name`` unless a reason to skip it holds."""
@@ -387,8 +392,10 @@ class Check:
             },
             "update": {"micro_batch_size": 4 if smoke else 8},
             "engine": {"optim": {"lr": 1e-4 if smoke else 1e-6}},
-            **extra,
         }
+        for key, value in extra.items():  # a section given in part keeps the check's rest
+            both = isinstance(value, dict) and isinstance(settings.get(key), dict)
+            settings[key] = {**settings[key], **value} if both else value
         return TrainConfig.model_validate(settings)
 
     def train(
@@ -400,7 +407,13 @@ class Check:
 
         config = self.train_config(estimator, rollout_engine, label or rollout_engine, **extra)
         steps: list[dict[str, float]] = []
-        run_train(config, progress=lambda step, metrics: steps.append(dict(metrics)), track=False)
+
+        def progress(step: int, metrics: dict[str, float]) -> None:
+            steps.append(dict(metrics))
+            if self.on_step is not None:
+                self.on_step(step, metrics)
+
+        run_train(config, progress=progress, track=False)
         forwards = int(config.algorithm.loss.kl_coef > 0)
         figures = rl_figures(steps, parameter_count(Path(config.out_dir)), forwards)
         return {
@@ -426,6 +439,7 @@ class Check:
             max_new_tokens=16 if self.smoke else 96,
             max_turns=2 if self.smoke else 3,
             max_total_tokens=4096,
+            generation_batch_size=self.generation_batch_size,
             tracking_dir=None,
         )
         started = time.perf_counter()

@@ -45,9 +45,15 @@ SETTINGS: dict[str, Any] = {
     "lr": 5e-6,  # 5× the GPU check's 1e-6, which moved SmolLM2 little in 10 steps
     "micro_batch_size": 4,  # half the check's: ten runs' activations share 141 GB
     "eval_tasks": 100,  # the in-domain test tasks every model meets (the CPU lab's 100)
+    "validation": {"every": 4, "max_tasks": 100},  # every val task: held-out curves that a
+    # run killed by the time budget keeps
+    "generation_batch_size": 128,  # generation is latency-bound: one call, not four
 }
 """The comparison's settings besides the GPU check's RL settings (8 tasks × G 4, up to
 3 turns of 96 new tokens, temperature 1, the default rewards, KL and estimators)."""
+
+
+VAL = "val"
 
 
 def run_name(estimator: str, seed: int) -> str:
@@ -60,7 +66,19 @@ def worker(args: argparse.Namespace) -> int:
     name = run_name(estimator, seed)
     report = gpu_check.Report(args.work / "runs" / f"{name}.json", "credit-run")
     check = gpu_check.Check(args, report, args.work)
-    extra: dict[str, Any] = {"seed": seed}
+    curve = args.work / "runs" / f"{name}.steps.jsonl"
+
+    def on_step(step: int, metrics: dict[str, float]) -> None:
+        with curve.open("a") as lines:
+            lines.write(json.dumps({"step": step, **metrics}) + "\n")
+
+    check.on_step = on_step
+    check.generation_batch_size = SETTINGS["generation_batch_size"]
+    extra: dict[str, Any] = {
+        "seed": seed,
+        "validation": SETTINGS["validation"],
+        "rollout": {"generation_batch_size": SETTINGS["generation_batch_size"]},
+    }
     if not args.smoke:
         extra.update(
             steps=args.steps,
@@ -78,7 +96,15 @@ def launch(args: argparse.Namespace, runs: list[tuple[str, int]], deadline: floa
     base += ["--model", args.model, "--steps", str(args.steps), "--lr", str(args.lr)]
     base += ["--eval-tasks", str(args.eval_tasks), "--budget-s", str(args.budget_s)]
     base += ["--smoke"] if args.smoke else []
-    env = {**os.environ, "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    # ten processes' CPU thread pools would otherwise fight over the cores that launch
+    # their kernels
+    threads = str(max(1, (os.cpu_count() or 1) // args.parallel))
+    env = {
+        **os.environ,
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+        "OMP_NUM_THREADS": threads,
+        "MKL_NUM_THREADS": threads,
+    }
     (args.work / "logs").mkdir(parents=True, exist_ok=True)
     pending, active, ended = list(runs), {}, {}
     while pending or active:
@@ -132,7 +158,7 @@ def compare(args: argparse.Namespace, ended: dict) -> tuple[dict, str]:
             name = run_name(estimator, seed)
             path = args.work / "runs" / f"{name}.json"
             parts = json.loads(path.read_text())["parts"] if path.exists() else {}
-            runs[name] = {"exit": ended.get(name), **parts}
+            runs[name] = {"exit": ended.get(name), "curve": curve(args.work, name), **parts}
             if parts.get("eval", {}).get("status") == "ok":
                 params = {"algorithm.advantage.estimator": estimator, "seed": str(seed)}
                 records.append(record(name, parts["eval"]["metrics"], params))
@@ -140,8 +166,52 @@ def compare(args: argparse.Namespace, ended: dict) -> tuple[dict, str]:
     summaries = summarise(records)
     paired = paired_differences(summaries, lines)
     arms = {s.arm: {"seeds": s.seeds, "mean": s.mean, "std": s.std} for s in summaries}
-    tables = markdown_table(summaries) + "\n" + paired_table(paired)
-    return {"runs": runs, "arms": arms, "paired": paired}, tables
+    curves = mean_curves(runs, args.arms)
+    tables = markdown_table(summaries) + "\n" + paired_table(paired) + "\n" + curves_table(curves)
+    return {"runs": runs, "arms": arms, "paired": paired, "curves": curves}, tables
+
+
+CURVE_KEYS = ("reward/tool", "reward/summary", f"{VAL}/success_at_0.9", f"{VAL}/value")
+
+
+def curve(work: Path, name: str) -> list[dict[str, float]]:
+    """The run's per-step figures as far as it got (written as each step ended)."""
+    path = work / "runs" / f"{name}.steps.jsonl"
+    if not path.exists():
+        return []
+    steps = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [{"step": m["step"], **{k: m[k] for k in CURVE_KEYS if k in m}} for m in steps]
+
+
+def mean_curves(runs: dict[str, Any], arms: list[str]) -> dict[str, list[dict[str, float]]]:
+    """Each arm's held-out success at each validated step: the mean over the seeds that
+    reached it, and how many did."""
+    out: dict[str, list[dict[str, float]]] = {}
+    key = f"{VAL}/success_at_0.9"
+    for arm in arms:
+        by_step: dict[int, list[float]] = {}
+        for name, run in runs.items():
+            if name.rsplit("-s", 1)[0] == arm:
+                for point in run["curve"]:
+                    if key in point:
+                        by_step.setdefault(point["step"], []).append(point[key])
+        out[arm] = [
+            {"step": step, "seeds": len(v), "mean": round(sum(v) / len(v), 4)}
+            for step, v in sorted(by_step.items())
+        ]
+    return out
+
+
+def curves_table(curves: dict[str, list[dict[str, float]]]) -> str:
+    steps = sorted({p["step"] for points in curves.values() for p in points})
+    rows = [
+        f"| held-out {VAL}/success_at_0.9 | " + " | ".join(f"step {s}" for s in steps) + " |",
+        "|---|" + "---:|" * len(steps),
+    ]
+    for arm, points in curves.items():
+        at = {p["step"]: f"{p['mean']:.3f} (n={p['seeds']})" for p in points}
+        rows.append(f"| {arm} | " + " | ".join(at.get(s, "–") for s in steps) + " |")
+    return "\n".join(rows) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -174,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     args.work = args.work or Path(tempfile.mkdtemp(prefix="slca-gpu-credit-"))
     check = gpu_check.Check(args, report, args.work)
+    check.generation_batch_size = SETTINGS["generation_batch_size"]
     gpu = not args.smoke
     check.run("prepare", (), check.prepare, cuda=gpu)
     check.run("base_model", ("prepare",), check.base_model, cuda=gpu)
