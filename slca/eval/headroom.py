@@ -145,6 +145,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-turns", type=int, default=3)
     parser.add_argument("--max-total-tokens", type=int, default=2048)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--device", default=None, help="default: cuda when there is a GPU (in bf16), else cpu"
+    )
+    parser.add_argument("--batch-size", type=int, default=64, help="sequences per generate call")
     parser.add_argument("--out", type=Path, default=None, help="JSON report path")
     args = parser.parse_args(argv)
     try:
@@ -157,12 +161,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    import torch
+
     from slca.data.splits import draw_split, fitting_tasks
     from slca.modeling import load_causal_lm
     from slca.rollout.engines import HFEngine
 
-    model, tokenizer = load_causal_lm(args.model, dtype="float32")
-    engine = HFEngine(model, tokenizer, batch_size=64)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    # as the RL engines sample: bf16 on a GPU that has it, else float32
+    bf16 = device.startswith("cuda") and torch.cuda.is_bf16_supported()
+    dtype = torch.bfloat16 if bf16 else torch.float32
+    model, tokenizer = load_causal_lm(args.model, device=device, dtype=dtype)
+    engine = HFEngine(model, tokenizer, batch_size=args.batch_size)
     report = {}
     for split in args.splits:
         drawn = draw_split(
