@@ -5,6 +5,7 @@ with the per-arm rates."""
 import json
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -44,10 +45,19 @@ def test_the_smoke_comparison_runs_every_arm_and_seed_and_pairs_them(tmp_path):
     tables = out.with_suffix(".md").read_text()
     assert tables.startswith("| arm | seeds | Success@0.9 (%) |") and "| slca | 2 |" in tables
     assert "| arm | Success@0.9 − GRPO (points) |" in tables
+    sft_val = json.loads((tmp_path / "w" / "eval" / "sft.val.json").read_text())
     for arm in ("grpo", "slca"):
-        (mean,) = comparison["curves"][arm]
+        start, mean = comparison["curves"][arm]
+        # step 0 is the SFT policy on the same val tasks the runs validate on
+        assert start["step"] == 0 and start["seeds"] == 1
+        assert start["mean"] == pytest.approx(sft_val["in_domain/success_at_0.9"], abs=1e-4)
         values = [
-            comparison["runs"][f"{arm}-s{s}"]["curve"][0]["val/success_at_0.9"] for s in (0, 1)
+            c["curve"][0]["val/success_at_0.9"]
+            for n, c in comparison["runs"].items()
+            if n.startswith(arm)
         ]
         assert mean["seeds"] == 2 and mean["mean"] == pytest.approx(sum(values) / 2, abs=1e-4)
-    assert "| held-out val/success_at_0.9 | step 1 |" in tables
+    assert "| held-out val/success_at_0.9 | step 0 | step 1 |" in tables
+    with tarfile.open(out.with_suffix(".work.tar.gz")) as bundle:
+        names = set(bundle.getnames())
+    assert {"runs/slca-s1.steps.jsonl", "logs/grpo-s0.log", "eval/sft.tasks.jsonl"} <= names

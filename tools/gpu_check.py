@@ -424,16 +424,19 @@ class Check:
             **figures,
         }
 
-    def evaluate(self, model: str) -> dict[str, Any]:
+    def evaluate(self, model: str, split: str = "test") -> dict[str, Any]:
+        """In-domain evaluation of ``model`` on ``split``; the report is
+        ``eval/<model>.json`` (``eval/<model>.<split>.json`` for another split)."""
         from slca.config.evaluate import EvaluateParams
         from slca.eval.stages import evaluate
 
         n = 4 if self.smoke else self.args.eval_tasks
+        name = model if split == "test" else f"{model}.{split}"
         params = EvaluateParams(
             model_dir=str(self.model(model)),
             in_dir=str(self.data),
-            report_path=str(self.work / "eval" / f"{model}.json"),
-            in_domain={"split": "test", "sources": ["synth"], "max_tasks": n},
+            report_path=str(self.work / "eval" / f"{name}.json"),
+            in_domain={"split": split, "sources": ["synth"], "max_tasks": n},
             bfcl={"max_per_category": 0},
             tau2={"max_per_domain": 0},
             max_new_tokens=16 if self.smoke else 96,

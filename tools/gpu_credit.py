@@ -29,6 +29,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -41,12 +42,17 @@ gpu_check = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(gpu_check)
 
 SETTINGS: dict[str, Any] = {
-    "steps": 16,  # the CPU default's RL budget (params.yaml)
-    "lr": 5e-6,  # 5× the GPU check's 1e-6, which moved SmolLM2 little in 10 steps
+    # What fits: the first run (H200, 2026-12-04; docs/results.md) planned 16 steps,
+    # and ten runs sharing the GPU reached 12-14 of them (about 33 s a step each) before
+    # the budget killed them, with no test evaluation.
+    "steps": 10,
+    # That run's 5e-6 moved neither arm's held-out success by more than one task of 86
+    # in 12 steps; 4x it for the shorter run (the same for every arm).
+    "lr": 2e-5,
     "micro_batch_size": 4,  # half the check's: ten runs' activations share 141 GB
     "eval_tasks": 100,  # the in-domain test tasks every model meets (the CPU lab's 100)
-    "validation": {"every": 4, "max_tasks": 100},  # every val task: held-out curves that a
-    # run killed by the time budget keeps
+    "validation": {"every": 5, "max_tasks": 100},  # every val task: held-out curves that a
+    # run killed by the time budget keeps (step 0: the SFT policy, evaluated on val)
     "generation_batch_size": 128,  # generation is latency-bound: one call, not four
 }
 """The comparison's settings besides the GPU check's RL settings (8 tasks × G 4, up to
@@ -167,6 +173,11 @@ def compare(args: argparse.Namespace, ended: dict) -> tuple[dict, str]:
     paired = paired_differences(summaries, lines)
     arms = {s.arm: {"seeds": s.seeds, "mean": s.mean, "std": s.std} for s in summaries}
     curves = mean_curves(runs, args.arms)
+    sft_val = args.work / "eval" / "sft.val.json"
+    if sft_val.exists():  # every arm starts from the SFT policy: its step 0
+        start = json.loads(sft_val.read_text())["in_domain/success_at_0.9"]
+        for points in curves.values():
+            points.insert(0, {"step": 0, "seeds": 1, "mean": round(start, 4)})
     tables = markdown_table(summaries) + "\n" + paired_table(paired) + "\n" + curves_table(curves)
     return {"runs": runs, "arms": arms, "paired": paired, "curves": curves}, tables
 
@@ -250,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     check.run("base_model", ("prepare",), check.base_model, cuda=gpu)
     check.run("sft", ("base_model",), check.sft, cuda=gpu)
     check.run("eval/sft", ("sft",), lambda: check.evaluate("sft"), cuda=gpu)
+    check.run("eval/sft-val", ("sft",), lambda: check.evaluate("sft", "val"), cuda=gpu)
     if report.status("eval/sft") != "ok":
         return 1
     runs = [(estimator, seed) for seed in range(args.seeds) for estimator in args.arms]
@@ -259,6 +271,12 @@ def main(argv: list[str] | None = None) -> int:
     failed = [n for n, r in results["runs"].items() if r.get("eval", {}).get("status") != "ok"]
     report.part("runs", "failed" if failed else "ok", **({"error": f"{failed}"} if failed else {}))
     out.with_suffix(".md").write_text(tables)
+    # every run's own report, per-step figures, log and evaluation lines in one file: a
+    # device call returns a limited number of files
+    with tarfile.open(out.with_suffix(".work.tar.gz"), "w:gz") as bundle:
+        for part in ("runs", "logs", "eval"):
+            if (args.work / part).exists():
+                bundle.add(args.work / part, arcname=part)
     print(tables, file=sys.stderr)
     return 1 if report.data["summary"]["failed"] else 0
 
