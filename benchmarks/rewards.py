@@ -31,7 +31,7 @@ from slca.data.record import TaskRecord
 from slca.data.synth import generate
 from slca.grammar import parse_turn
 from slca.rewards.preference import GroundedScorer, SummaryInput
-from slca.rewards.score import _tool_side, score_batch
+from slca.rewards.score import score_batch, tool_side
 from slca.rollout.types import ExecutedCall, Rollout, Turn
 from slca.simulator import Simulator
 from slca.simulator.check import resolve_references
@@ -132,7 +132,7 @@ def main() -> None:
 
         def process(rollouts=rollouts):
             for r, t in zip(rollouts, tasks):
-                _tool_side(r, t, config)
+                tool_side(r, t, config)
 
         def summaries(items=items):
             grounded.score_batch(items)

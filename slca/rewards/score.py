@@ -111,7 +111,7 @@ class RewardBreakdown:
 
 
 @dataclass(frozen=True)
-class _ToolSide:
+class ToolSide:
     """Everything about a rollout except its summary score."""
 
     fields: dict
@@ -122,7 +122,9 @@ class _ToolSide:
     policy and the answer has at least 10 characters)."""
 
 
-def _tool_side(rollout: Rollout, task: TaskRecord, config: RewardConfig) -> _ToolSide:
+def tool_side(rollout: Rollout, task: TaskRecord, config: RewardConfig) -> ToolSide:
+    """One rollout's score without its summary part (what ``score_batch`` computes for
+    each rollout before the summary scorer is asked)."""
     if config.mode == "reference":
         return _reference_side(rollout, task, config)
     calls = policy_calls(rollout)
@@ -168,7 +170,7 @@ def _tool_side(rollout: Rollout, task: TaskRecord, config: RewardConfig) -> _Too
         guard_applied=guard,
         per_call=tuple(0.0 for _ in per_call) if guard else tuple(per_call),
     )
-    return _ToolSide(fields, needs_call, guard)
+    return ToolSide(fields, needs_call, guard)
 
 
 def _outcome_counts(exec_parts: ExecutionParts, redundancy: Redundancy) -> dict[str, float]:
@@ -187,7 +189,7 @@ _MIN_ANSWER_CHARS = 10
 """The reference rates a shorter final answer 0 without asking its judge."""
 
 
-def _reference_side(rollout: Rollout, task: TaskRecord, config: RewardConfig) -> _ToolSide:
+def _reference_side(rollout: Rollout, task: TaskRecord, config: RewardConfig) -> ToolSide:
     ref = score_text(
         reference_text(rollout),
         [t.name for t in task.tools],
@@ -224,7 +226,7 @@ def _reference_side(rollout: Rollout, task: TaskRecord, config: RewardConfig) ->
     )
     ask = not ref.no_call and not ref.no_tool_response
     ask = ask and len(rollout.summary.strip()) >= _MIN_ANSWER_CHARS
-    return _ToolSide(fields, needs_call, guard, ask_summary=ask)
+    return ToolSide(fields, needs_call, guard, ask_summary=ask)
 
 
 def _resolve_tasks(
@@ -268,7 +270,7 @@ def score_batch(
         generate: the judge's engine, when ``config.summary.name`` is ``judge``.
     """
     records = _resolve_tasks(rollouts, tasks)
-    sides = [_tool_side(r, t, config) for r, t in zip(rollouts, records)]
+    sides = [tool_side(r, t, config) for r, t in zip(rollouts, records)]
     truncation = config.truncation
     charged = [_charged_to(r, truncation) for r in rollouts]
     ask = [
