@@ -58,6 +58,18 @@ def test_the_smoke_comparison_runs_every_arm_and_seed_and_pairs_them(tmp_path):
         ]
         assert mean["seeds"] == 2 and mean["mean"] == pytest.approx(sum(values) / 2, abs=1e-4)
     assert "| held-out val/success_at_0.9 | step 0 | step 1 |" in tables
+    # sampled val scores: the SFT policy's, and each arm's mean over its runs
+    sampled = comparison["sampled"]
+    assert sampled["sft"]["runs"] == 1 and sampled["grpo"]["runs"] == sampled["slca"]["runs"] == 2
+    for arm in ("grpo", "slca"):
+        own = [
+            r["headroom"]["parts"]["success"]["pass1"]
+            for n, r in comparison["runs"].items()
+            if n.startswith(arm)
+        ]
+        assert sampled[arm]["success_pass1"] == pytest.approx(sum(own) / 2, abs=1e-4)
+        assert sampled[arm]["success_pass1"] <= sampled[arm]["success_best_of_g"]
+    assert "| sampled val (temperature 1) | runs |" in tables
     with tarfile.open(out.with_suffix(".work.tar.gz")) as bundle:
         names = set(bundle.getnames())
     assert {"runs/slca-s1.steps.jsonl", "logs/grpo-s0.log", "eval/sft.tasks.jsonl"} <= names

@@ -453,6 +453,32 @@ class Check:
             "metrics": metrics,
         }
 
+    def headroom(self, model: str, split: str = "val") -> dict[str, Any]:
+        """``model``'s sampled scores on ``split`` (``slca.eval.headroom``: G rollouts a
+        task at the RL temperature, seed 0 for every model): pass@1, best of G and the
+        groups with a signal, per HierR part."""
+        from slca.eval.headroom import run as headroom
+
+        smoke = self.smoke
+        args = argparse.Namespace(
+            model=str(self.model(model)),
+            in_dir=str(self.data),
+            splits=[split],
+            sources=["synth"],
+            tasks=4 if smoke else self.args.eval_tasks,
+            group_size=2 if smoke else 4,
+            temperature=1.0,
+            max_new_tokens=16 if smoke else 96,
+            max_turns=2 if smoke else 3,
+            max_total_tokens=4096,
+            seed=0,
+            out=self.work / "headroom" / f"{model}.{split}.json",
+            device=None,
+            batch_size=self.generation_batch_size,
+        )
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        return headroom(args)[split]
+
 
 def single_process_launcher_env() -> None:
     """What a launcher would set, for DeepSpeed in this one process."""

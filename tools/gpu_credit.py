@@ -93,6 +93,8 @@ def worker(args: argparse.Namespace) -> int:
         )
     check.run("train", (), lambda: check.train(estimator, "hf", f"s{seed}", **extra))
     check.run("eval", ("train",), lambda: check.evaluate(name))
+    # last: a run the budget stops here has already been evaluated
+    check.run("headroom", ("train",), lambda: check.headroom(name))
     return 1 if report.data["summary"]["failed"] else 0
 
 
@@ -172,14 +174,65 @@ def compare(args: argparse.Namespace, ended: dict) -> tuple[dict, str]:
     summaries = summarise(records)
     paired = paired_differences(summaries, lines)
     arms = {s.arm: {"seeds": s.seeds, "mean": s.mean, "std": s.std} for s in summaries}
+    sampled = sampled_scores(args.work, runs, args.arms)
     curves = mean_curves(runs, args.arms)
     sft_val = args.work / "eval" / "sft.val.json"
     if sft_val.exists():  # every arm starts from the SFT policy: its step 0
         start = json.loads(sft_val.read_text())["in_domain/success_at_0.9"]
         for points in curves.values():
             points.insert(0, {"step": 0, "seeds": 1, "mean": round(start, 4)})
-    tables = markdown_table(summaries) + "\n" + paired_table(paired) + "\n" + curves_table(curves)
-    return {"runs": runs, "arms": arms, "paired": paired, "curves": curves}, tables
+    tables = (
+        "\n".join((markdown_table(summaries), paired_table(paired), curves_table(curves)))
+        + "\n"
+        + sampled_table(sampled)
+    )
+    results = {"runs": runs, "arms": arms, "paired": paired, "curves": curves}
+    return {**results, "sampled": sampled}, tables
+
+
+def sampled_scores(work: Path, runs: dict[str, Any], arms: list[str]) -> dict[str, dict]:
+    """Each model's sampled val scores (``headroom``: 4 rollouts a task at temperature
+    1, seed 0): the SFT policy's, and each arm's mean over the runs that got there.
+    Greedy scores can stay flat while RL sharpens what it samples; this shows that."""
+    out: dict[str, dict] = {}
+    sft = work / "headroom" / "sft.val.json"
+    if sft.exists():
+        out["sft"] = {"runs": 1, **sampled_figures([json.loads(sft.read_text())["val"]])}
+    for arm in arms:
+        done = [
+            run["headroom"]
+            for name, run in runs.items()
+            if name.rsplit("-s", 1)[0] == arm and run.get("headroom", {}).get("status") == "ok"
+        ]
+        if done:
+            out[arm] = {"runs": len(done), **sampled_figures(done)}
+    return out
+
+
+def sampled_figures(reports: list[dict]) -> dict[str, float]:
+    def mean(part: str, key: str) -> float:
+        return round(sum(r["parts"][part][key] for r in reports) / len(reports), 4)
+
+    return {
+        "success_pass1": mean("success", "pass1"),
+        "success_best_of_g": mean("success", "passG"),
+        "tool_pass1": mean("tool", "pass1"),
+        "success_signal": mean("success", "signal"),
+    }
+
+
+def sampled_table(sampled: dict[str, dict]) -> str:
+    rows = [
+        "| sampled val (temperature 1) | runs | Success@0.9 pass@1 | best of G "
+        "| R_tool pass@1 | groups with a success signal |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for model, f in sampled.items():
+        rows.append(
+            f"| {model} | {f['runs']} | {f['success_pass1']:.3f} | {f['success_best_of_g']:.3f} "
+            f"| {f['tool_pass1']:.3f} | {f['success_signal']:.2f} |"
+        )
+    return "\n".join(rows) + "\n"
 
 
 CURVE_KEYS = ("reward/tool", "reward/summary", f"{VAL}/success_at_0.9", f"{VAL}/value")
@@ -262,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     check.run("sft", ("base_model",), check.sft, cuda=gpu)
     check.run("eval/sft", ("sft",), lambda: check.evaluate("sft"), cuda=gpu)
     check.run("eval/sft-val", ("sft",), lambda: check.evaluate("sft", "val"), cuda=gpu)
+    check.run("headroom/sft", ("sft",), lambda: check.headroom("sft"), cuda=gpu)
     if report.status("eval/sft") != "ok":
         return 1
     runs = [(estimator, seed) for seed in range(args.seeds) for estimator in args.arms]
