@@ -4,9 +4,9 @@ on the same in-domain test tasks, with paired differences (SLCA − GRPO, each �
 BCa intervals over tasks, ``slca.eval.paired``).
 
 Why side by side: the GPU check measured one HF-engine RL run at 0.2–0.5 % MFU of its
-step (generation is latency-bound), so ten runs share one H200 without waiting on each
-other much, and a 5-seed comparison fits a 10-minute call that one run after another
-would not (about 30 minutes).
+step (generation is latency-bound); ten runs time-sharing one H200 then measured
+2.4–4.1× the steps per second of one alone, so a 5-seed comparison fits a 10-minute
+call that one run after another would not.
 
 Every setting is fixed here, before any run, and is the same for every arm (``SETTINGS``
 and the check's RL settings in ``tools/gpu_check.py``); the evaluation never depends on
@@ -16,9 +16,11 @@ run it as ``make gpu-check`` runs ``tools/gpu_check.py``, README "Scaling out"):
     python tools/gpu_credit.py --model /tmp/smollm2.gguf --out /tmp/credit.json
     python tools/gpu_credit.py --smoke --out /tmp/credit.json   # tiny model, CPU if no GPU
 
-The report (JSON, rewritten after every part) holds each run's status, RL figures and
-evaluation; ``<out>.md`` holds the table. A run that fails or outlives ``--budget-s`` is
-reported as such; the comparison uses the runs that finished.
+The report (JSON, rewritten after every part) holds each run's status, RL figures,
+evaluation, held-out curve and sampled val scores; ``<out>.md`` holds the tables and
+``<out>.work.tar.gz`` every run's own files. A run that fails or outlives ``--budget-s``
+is reported as such; the comparison uses the runs that finished, and the held-out
+curves whatever steps each run reached.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ SETTINGS: dict[str, Any] = {
     # in 12 steps; 4x it for the shorter run (the same for every arm).
     "lr": 2e-5,
     "micro_batch_size": 4,  # half the check's: ten runs' activations share 141 GB
-    "eval_tasks": 100,  # the in-domain test tasks every model meets (the CPU lab's 100)
+    "eval_tasks": 100,  # at most; the check's 800 synth tasks leave 74 in the test split
     "validation": {"every": 5, "max_tasks": 100},  # every val task: held-out curves that a
     # run killed by the time budget keeps (step 0: the SFT policy, evaluated on val)
     "generation_batch_size": 128,  # generation is latency-bound: one call, not four
