@@ -223,10 +223,11 @@ class Check:
         self.deadline = time.perf_counter() + args.budget_s
         self.smoke = args.smoke
         self.on_step = None
-        self.generation_batch_size = 32
-        """Sequences per ``generate`` call in evaluations (the engines' default)."""
         """Called with each RL step's metrics as it ends (a caller that may be killed
         keeps what its run reached)."""
+        self.generation_batch_size = 32
+        """Sequences per ``generate`` call in rollouts and evaluations (the engines'
+        default)."""
 
     def run(self, name: str, needs: tuple[str, ...], body, *, cuda: bool = False, **skip) -> None:
         """Run ``body`` as part ``name`` unless a reason to skip it holds."""
@@ -389,13 +390,12 @@ class Check:
                 "max_turns": 2 if smoke else 3,
                 "max_total_tokens": 4096,
                 "engine": "vllm" if rollout_engine == "vllm" else "hf",
+                "generation_batch_size": self.generation_batch_size,
             },
             "update": {"micro_batch_size": 4 if smoke else 8},
             "engine": {"optim": {"lr": 1e-4 if smoke else 1e-6}},
+            **extra,
         }
-        for key, value in extra.items():  # a section given in part keeps the check's rest
-            both = isinstance(value, dict) and isinstance(settings.get(key), dict)
-            settings[key] = {**settings[key], **value} if both else value
         return TrainConfig.model_validate(settings)
 
     def train(

@@ -68,6 +68,15 @@ def run_name(estimator: str, seed: int) -> str:
     return f"{estimator}-s{seed}"
 
 
+def arm_of(name: str) -> str:
+    """The estimator of a :func:`run_name`."""
+    return name.rsplit("-s", 1)[0]
+
+
+def jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 def worker(args: argparse.Namespace) -> int:
     """One arm × seed: train, then evaluate; its own report under ``work/runs``."""
     estimator, seed = args.worker[0], int(args.worker[1])
@@ -82,11 +91,7 @@ def worker(args: argparse.Namespace) -> int:
 
     check.on_step = on_step
     check.generation_batch_size = SETTINGS["generation_batch_size"]
-    extra: dict[str, Any] = {
-        "seed": seed,
-        "validation": SETTINGS["validation"],
-        "rollout": {"generation_batch_size": SETTINGS["generation_batch_size"]},
-    }
+    extra: dict[str, Any] = {"seed": seed, "validation": SETTINGS["validation"]}
     if not args.smoke:
         extra.update(
             steps=args.steps,
@@ -142,8 +147,7 @@ def launch(args: argparse.Namespace, runs: list[tuple[str, int]], deadline: floa
 
 
 def task_lines(work: Path, model: str) -> list[dict]:
-    path = work / "eval" / f"{model}.tasks.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return jsonl(work / "eval" / f"{model}.tasks.jsonl")
 
 
 def compare(args: argparse.Namespace, ended: dict) -> tuple[dict, str]:
@@ -183,31 +187,24 @@ def compare(args: argparse.Namespace, ended: dict) -> tuple[dict, str]:
         start = json.loads(sft_val.read_text())["in_domain/success_at_0.9"]
         for points in curves.values():
             points.insert(0, {"step": 0, "seeds": 1, "mean": round(start, 4)})
-    tables = (
-        "\n".join((markdown_table(summaries), paired_table(paired), curves_table(curves)))
-        + "\n"
-        + sampled_table(sampled)
-    )
+    tables = (markdown_table(summaries), paired_table(paired), curves_table(curves))
     results = {"runs": runs, "arms": arms, "paired": paired, "curves": curves}
-    return {**results, "sampled": sampled}, tables
+    results["sampled"] = sampled
+    return results, "\n".join((*tables, sampled_table(sampled)))
 
 
 def sampled_scores(work: Path, runs: dict[str, Any], arms: list[str]) -> dict[str, dict]:
     """Each model's sampled val scores (``headroom``: 4 rollouts a task at temperature
     1, seed 0): the SFT policy's, and each arm's mean over the runs that got there.
     Greedy scores can stay flat while RL sharpens what it samples; this shows that."""
+    models = {"sft": ["sft"], **{arm: [n for n in runs if arm_of(n) == arm] for arm in arms}}
     out: dict[str, dict] = {}
-    sft = work / "headroom" / "sft.val.json"
-    if sft.exists():
-        out["sft"] = {"runs": 1, **sampled_figures([json.loads(sft.read_text())["val"]])}
-    for arm in arms:
-        done = [
-            run["headroom"]
-            for name, run in runs.items()
-            if name.rsplit("-s", 1)[0] == arm and run.get("headroom", {}).get("status") == "ok"
-        ]
+    for model, names in models.items():
+        # a model's report exists once its measurement finished (written, then renamed)
+        paths = [work / "headroom" / f"{name}.{VAL}.json" for name in names]
+        done = [json.loads(p.read_text())[VAL] for p in paths if p.exists()]
         if done:
-            out[arm] = {"runs": len(done), **sampled_figures(done)}
+            out[model] = {"runs": len(done), **sampled_figures(done)}
     return out
 
 
@@ -245,8 +242,7 @@ def curve(work: Path, name: str) -> list[dict[str, float]]:
     path = work / "runs" / f"{name}.steps.jsonl"
     if not path.exists():
         return []
-    steps = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [{"step": m["step"], **{k: m[k] for k in CURVE_KEYS if k in m}} for m in steps]
+    return [{"step": m["step"], **{k: m[k] for k in CURVE_KEYS if k in m}} for m in jsonl(path)]
 
 
 def mean_curves(runs: dict[str, Any], arms: list[str]) -> dict[str, list[dict[str, float]]]:
@@ -257,7 +253,7 @@ def mean_curves(runs: dict[str, Any], arms: list[str]) -> dict[str, list[dict[st
     for arm in arms:
         by_step: dict[int, list[float]] = {}
         for name, run in runs.items():
-            if name.rsplit("-s", 1)[0] == arm:
+            if arm_of(name) == arm:
                 for point in run["curve"]:
                     if key in point:
                         by_step.setdefault(point["step"], []).append(point[key])

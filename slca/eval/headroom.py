@@ -166,10 +166,11 @@ def run(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     from slca.data.splits import draw_split, fitting_tasks
     from slca.modeling import load_causal_lm
     from slca.rollout.engines import HFEngine
+    from slca.training.engines import resolve_device
 
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = resolve_device(args.device, key="--device")
     # as the RL engines sample: bf16 on a GPU that has it, else float32
-    bf16 = device.startswith("cuda") and torch.cuda.is_bf16_supported()
+    bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
     dtype = torch.bfloat16 if bf16 else torch.float32
     model, tokenizer = load_causal_lm(args.model, device=device, dtype=dtype)
     engine = HFEngine(model, tokenizer, batch_size=args.batch_size)
