@@ -320,12 +320,13 @@ class Trainer:
                 "call_rewards": _block_reward_matrix(rollouts, scores),
                 "call_index": batch.call_index,
             }
+        head_rewards = {
+            "tool": torch.tensor([s.tool for s in scores]),
+            "summary": torch.tensor([s.summary for s in scores]),
+        }
         advantages, adv_metrics = compute_advantages(
             algorithm.advantage.estimator,
-            rewards={
-                "tool": torch.tensor([s.tool for s in scores]),
-                "summary": torch.tensor([s.summary for s in scores]),
-            },
+            rewards=head_rewards,
             head_masks=masks,
             group_index=batch.group_index,
             weights=algorithm.advantage.weights,
@@ -368,7 +369,9 @@ class Trainer:
             "reward/tool": _mean(s.tool for s in scores),
             "reward/sum": _mean(s.summary for s in scores),
             "reward/total": _mean(totals),
-            **step_diagnostics(rollouts, scores, totals, advantages, loss_mask),
+            **step_diagnostics(
+                rollouts, scores, totals, advantages, loss_mask, masks, head_rewards
+            ),
             **{k: float(v) for k, v in adv_metrics.items()},
             **actor,
             "rollout/tool_calls_per_task": _mean(len(r.calls) for r in rollouts),

@@ -61,3 +61,39 @@ def test_truncation_means_a_length_limit():
 def test_mismatched_lengths_are_an_error():
     with pytest.raises(ValueError, match="must agree"):
         step_diagnostics([rollout(1, "stop")], [], [], torch.zeros(1, 3), torch.zeros(1, 3))
+
+
+def test_segment_figures_count_the_rollouts_each_head_reaches():
+    rollouts = [rollout(2, "stop"), rollout(2, "max_turns"), rollout(2, "max_tokens")]
+    scores = [breakdown(), breakdown(), breakdown()]
+    # rollout 0 calls and answers; 1 calls in both turns (no answer); 2 answers directly
+    masks = {
+        "tool": torch.tensor([[0, 0, 1, 0], [0, 0, 1, 1], [0, 0, 0, 0]], dtype=torch.bool),
+        "summary": torch.tensor([[0, 0, 0, 1], [0, 0, 0, 0], [0, 0, 1, 1]], dtype=torch.bool),
+    }
+    rewards = {"tool": torch.tensor([1.0, 0.5, 0.0]), "summary": torch.tensor([1.0, 0.2, -0.5])}
+    advantages = torch.zeros(3, 4)
+    out = step_diagnostics(
+        rollouts, scores, [0.0] * 3, advantages, masks["tool"] | masks["summary"], masks, rewards
+    )
+    assert out["segment/tool_present_frac"] == pytest.approx(2 / 3)
+    assert out["segment/sum_present_frac"] == pytest.approx(2 / 3)
+    # the rewards the present-only estimator drops: the direct answer's R_tool, the
+    # answerless rollout's R_summary
+    assert out["segment/tool_absent_reward"] == pytest.approx(0.0)
+    assert out["segment/sum_absent_reward"] == pytest.approx(0.2)
+
+
+def test_segment_figures_leave_out_an_absent_reward_when_every_rollout_has_the_head():
+    masks = {"tool": torch.ones(2, 3, dtype=torch.bool)}
+    out = step_diagnostics(
+        [rollout(1, "stop")] * 2,
+        [breakdown()] * 2,
+        [0.0, 0.0],
+        torch.zeros(2, 3),
+        masks["tool"],
+        masks,
+        {"tool": torch.tensor([1.0, 0.0])},
+    )
+    assert out["segment/tool_present_frac"] == 1.0
+    assert "segment/tool_absent_reward" not in out
