@@ -29,14 +29,22 @@ that sets them would be a second source of truth, so it is rejected."""
 
 
 class OptimConfig(StrictModel):
+    name: Literal["adamw", "sgd"] = "adamw"
+    """``adamw`` (``torch.optim.AdamW``), or ``sgd`` (``torch.optim.SGD``): a step
+    proportional to the gradient. AdamW scales each parameter's step by its gradient's
+    running RMS, which can hide how much signal an advantage carries (the two-head
+    bandit, ``benchmarks/credit/bandit.py``); SGD does not."""
     lr: float = Field(1e-6, gt=0)
-    """Peak learning rate of AdamW (reached at the end of warm-up)."""
+    """Peak learning rate (reached at the end of warm-up)."""
     betas: tuple[float, float] = (0.9, 0.999)
     """AdamW's (β1, β2), each in [0, 1)."""
     eps: float = Field(1e-8, gt=0)
     """AdamW's ε, added to the denominator."""
+    momentum: float = Field(0.0, ge=0, lt=1)
+    """SGD's momentum (0: plain SGD); ``adamw`` refuses a non-zero one (β1 is its
+    momentum)."""
     weight_decay: float = Field(0.0, ge=0)
-    """Decoupled weight decay (AdamW), applied to every parameter."""
+    """Weight decay: decoupled for AdamW, L2 in the gradient for SGD."""
     warmup_steps: int = Field(0, ge=0)
     """Optimizer steps of linear warm-up: step k (1-based, k ≤ warmup) uses lr·k/warmup."""
     schedule: Literal["constant", "cosine"] = "constant"
@@ -55,6 +63,14 @@ class OptimConfig(StrictModel):
         if not all(0.0 <= b < 1.0 for b in betas):
             raise ValueError(f"each beta must lie in [0, 1); got {betas}")
         return betas
+
+    @model_validator(mode="after")
+    def _momentum_is_sgd_only(self) -> OptimConfig:
+        if self.name == "adamw" and self.momentum != 0.0:
+            raise ValueError(
+                f"momentum ({self.momentum}) applies to name 'sgd'; AdamW's momentum is betas[0]"
+            )
+        return self
 
     @model_validator(mode="after")
     def _schedule_is_complete(self) -> OptimConfig:

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 from torch.optim.lr_scheduler import LambdaLR
 
-from slca.config.engine import EngineConfig, load_deepspeed_json
+from slca.config.engine import EngineConfig, OptimConfig, load_deepspeed_json
 from slca.training.engine_support import (
     CLIENT_STATE,
     ENGINE_STATE,
@@ -44,18 +44,27 @@ def deepspeed_config(config: EngineConfig) -> dict[str, Any]:
         gradient_accumulation_steps=1,  # the caller accumulates (``boundary=False``)
         gradient_clipping=optim.max_grad_norm,
         bf16={"enabled": config.resolved_bf16()},
-        optimizer={
-            "type": "AdamW",
-            "params": {
-                "lr": optim.lr,
-                "betas": list(optim.betas),
-                "eps": optim.eps,
-                "weight_decay": optim.weight_decay,
-                "torch_adam": _on_cpu(),
-            },
-        },
+        optimizer=_optimizer(optim),
     )
+    if optim.name == "sgd":
+        # DeepSpeed builds torch.optim.SGD from its name, and ZeRO asks to be told
+        # that an optimizer outside its own list is meant
+        ds["zero_allow_untested_optimizer"] = True
     return ds
+
+
+def _optimizer(optim: OptimConfig) -> dict[str, Any]:
+    if optim.name == "sgd":
+        params = {"lr": optim.lr, "momentum": optim.momentum, "weight_decay": optim.weight_decay}
+        return {"type": "SGD", "params": params}
+    params = {
+        "lr": optim.lr,
+        "betas": list(optim.betas),
+        "eps": optim.eps,
+        "weight_decay": optim.weight_decay,
+        "torch_adam": _on_cpu(),
+    }
+    return {"type": "AdamW", "params": params}
 
 
 def _on_cpu() -> bool:

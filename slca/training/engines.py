@@ -2,8 +2,8 @@
 
 Two engines share one protocol, :class:`UpdateEngine`:
 
-- :class:`TorchEngine`: plain PyTorch AdamW, in one process (the CPU default) or one per
-  device with ``DistributedDataParallel``.
+- :class:`TorchEngine`: plain PyTorch AdamW (or SGD), in one process (the CPU default) or
+  one per device with ``DistributedDataParallel``.
 - :class:`DeepSpeedEngine`: ``deepspeed.initialize`` with a ZeRO-1/2/3 config from
   ``configs/deepspeed/``; bf16 on GPU. One process per GPU, started by DeepSpeed's or
   PyTorch's launcher (slca has no launcher of its own) around the train stage (not the

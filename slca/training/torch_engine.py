@@ -34,8 +34,9 @@ from slca.training.engine_support import (
 
 
 class TorchEngine:
-    """Plain ``torch.optim.AdamW``; one process, or one per device under ``torchrun``
-    (``DistributedDataParallel``; gloo on CPU, NCCL on GPU). The CPU default.
+    """Plain ``torch.optim.AdamW`` (or SGD, ``optim.name``); one process, or one per
+    device under ``torchrun`` (``DistributedDataParallel``; gloo on CPU, NCCL on GPU).
+    The CPU default.
 
     The model moves to ``device`` (see :class:`~slca.config.engine.EngineConfig`).
     ``bf16`` turns on ``torch.autocast`` for the forward (weights stay fp32; ``null``:
@@ -70,13 +71,19 @@ class TorchEngine:
                 broadcast_buffers=False,
             )
         optim = self.config.optim
-        self.optimizer = torch.optim.AdamW(
-            [p for p in model.parameters() if p.requires_grad],
-            lr=optim.lr,
-            betas=optim.betas,
-            eps=optim.eps,
-            weight_decay=optim.weight_decay,
-        )
+        trained = [p for p in model.parameters() if p.requires_grad]
+        if optim.name == "sgd":
+            self.optimizer: torch.optim.Optimizer = torch.optim.SGD(
+                trained, lr=optim.lr, momentum=optim.momentum, weight_decay=optim.weight_decay
+            )
+        else:
+            self.optimizer = torch.optim.AdamW(
+                trained,
+                lr=optim.lr,
+                betas=optim.betas,
+                eps=optim.eps,
+                weight_decay=optim.weight_decay,
+            )
         self.scheduler = LambdaLR(self.optimizer, lr_factor(optim))
         self.steps = 0
 

@@ -1,7 +1,8 @@
 """Run by test_engines.py in a fresh process: DeepSpeed ZeRO on CPU, one rank (gloo).
 
 A process of its own, because a process group is process-global state. Prints one
-JSON line of findings; the test asserts on them. Usage: ``deepspeed_worker.py STAGE DIR``.
+JSON line of findings; the test asserts on them. Usage:
+``deepspeed_worker.py STAGE DIR [OPTIMIZER]`` (``adamw``, the default, or ``sgd``).
 """
 
 import json
@@ -20,7 +21,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def main(stage: int, workdir: Path) -> dict:
+def main(stage: int, workdir: Path, optimizer: str = "adamw") -> dict:
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(free_port()),
@@ -38,7 +39,7 @@ def main(stage: int, workdir: Path) -> dict:
         engine="deepspeed",
         zero_stage=stage,
         bf16=False,
-        optim={"lr": 1e-2, "warmup_steps": 2},
+        optim={"name": optimizer, "lr": 1e-2, "warmup_steps": 2},
     )
     ds_config = deepspeed_config(config)
     engine = DeepSpeedEngine(tiny_model(tokenizer, seed=0), config)
@@ -101,6 +102,7 @@ def main(stage: int, workdir: Path) -> dict:
     engine.backward(loss_of(ids))  # and the next step is a normal one
     after_nan = engine.step()
     return {
+        "optimizer_class": type(engine._ds.basic_optimizer).__name__,
         "optimizer_params": ds_config["optimizer"]["params"],
         "bf16": ds_config["bf16"]["enabled"],
         "grad_norm": grad_norm,
@@ -122,5 +124,5 @@ def main(stage: int, workdir: Path) -> dict:
 
 
 if __name__ == "__main__":
-    result = main(int(sys.argv[1]), Path(sys.argv[2]))
+    result = main(int(sys.argv[1]), Path(sys.argv[2]), *sys.argv[3:])
     print("RESULT " + json.dumps(result))

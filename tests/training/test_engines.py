@@ -135,6 +135,23 @@ def test_step_returns_the_pre_clip_norm_and_clips(tokenizer, batch):
     assert all(p.grad is None for p in engine.model.parameters())
 
 
+def test_sgd_steps_by_lr_times_the_clipped_gradient(tokenizer, batch):
+    engine = make_engine(tokenizer, name="sgd", lr=0.5, warmup_steps=0, max_grad_norm=0.05)
+    assert type(engine.optimizer) is torch.optim.SGD
+    before = {n: p.detach().clone() for n, p in engine.model.named_parameters()}
+    engine.backward(engine.model(input_ids=batch, labels=batch).loss)
+    grads = {n: p.grad.clone() for n, p in engine.model.named_parameters() if p.grad is not None}
+    norm = engine.step()
+    scale = min(1.0, 0.05 / norm)  # clipped: the step has norm lr * max_grad_norm
+    for name, param in engine.model.named_parameters():
+        expected = before[name] - 0.5 * scale * grads.get(name, torch.zeros_like(param))
+        torch.testing.assert_close(param.detach(), expected, rtol=1e-4, atol=1e-6)
+    moved = torch.linalg.vector_norm(
+        torch.stack([(p.detach() - before[n]).norm() for n, p in engine.model.named_parameters()])
+    )
+    assert moved.item() == pytest.approx(0.5 * 0.05, rel=1e-3)
+
+
 def test_a_step_with_non_finite_gradients_applies_nothing(tokenizer, batch):
     engine = make_engine(tokenizer)
     lm_step(engine, batch)
@@ -313,6 +330,9 @@ def test_an_out_of_memory_error_names_the_micro_batch_setting():
         ({"zero_stage": 3}, "engine 'deepspeed' only"),
         ({"deepspeed_config": "configs/deepspeed/zero1.json"}, "engine 'deepspeed' only"),
         ({"optim": {"lr_rate": 1}}, "lr_rate"),
+        ({"optim": {"name": "adam"}}, "name"),
+        ({"optim": {"momentum": 0.9}}, "momentum .* applies to name 'sgd'"),
+        ({"optim": {"name": "sgd", "momentum": 1.0}}, "momentum"),
     ],
 )
 def test_config_errors_name_the_key(settings, message):
@@ -357,13 +377,13 @@ def test_deepspeed_json_is_checked_when_the_config_loads(tmp_path):
     reason="deepspeed is not installed (make .venv/.installed installs it; see "
     "docs/decisions.md, 'Update engines')",
 )
-@pytest.mark.parametrize("stage", [1, 3])
-def test_deepspeed_zero_on_cpu_steps_saves_and_loads(stage, tokenizer, batch, tmp_path):
+@pytest.mark.parametrize(("stage", "optimizer"), [(1, "adamw"), (3, "adamw"), (1, "sgd")])
+def test_deepspeed_zero_on_cpu_steps_saves_and_loads(stage, optimizer, tokenizer, batch, tmp_path):
     extensions = tmp_path / "torch_extensions"  # where a JIT-compiled op would land
     env = dict(os.environ, PYTHONPATH=str(REPO), TORCH_EXTENSIONS_DIR=str(extensions))
     (tmp_path / "work").mkdir()
     run = subprocess.run(
-        [sys.executable, str(WORKER), str(stage), str(tmp_path / "work")],
+        [sys.executable, str(WORKER), str(stage), str(tmp_path / "work"), optimizer],
         capture_output=True,
         text=True,
         env=env,
@@ -372,7 +392,11 @@ def test_deepspeed_zero_on_cpu_steps_saves_and_loads(stage, tokenizer, batch, tm
     lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
     assert run.returncode == 0 and lines, run.stderr[-4000:]
     result = json.loads(lines[-1].removeprefix("RESULT "))
-    assert result["optimizer_params"]["torch_adam"] is True and result["bf16"] is False
+    if optimizer == "sgd":
+        assert result["optimizer_class"] == "SGD" and result["optimizer_params"]["momentum"] == 0
+    else:
+        assert result["optimizer_class"] == "AdamW" and result["optimizer_params"]["torch_adam"]
+    assert result["bf16"] is False
     assert result["changed"] > 0.9 * result["params"]
     assert result["moved_after_save"] and result["restored"] and result["lr_restored"]
     assert result["hf_export_matches"]
@@ -385,5 +409,5 @@ def test_deepspeed_zero_on_cpu_steps_saves_and_loads(stage, tokenizer, batch, tm
     assert result["leftovers"] == []
     assert not extensions.exists(), "DeepSpeed compiled an op on CPU"
     # two accumulated half batches under DeepSpeed == one full batch under plain torch
-    reference = make_engine(tokenizer)
+    reference = make_engine(tokenizer, name=optimizer)
     assert result["grad_norm"] == pytest.approx(lm_step(reference, batch)[1], rel=1e-4)
