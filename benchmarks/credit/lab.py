@@ -422,7 +422,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "-S", "--set", action="append", default=[], metavar="KEY=VALUE",
-        help="an extra override of every train run (pilots; the lab's figures use none)",
+        help="an extra override of every train run (pilots, and conditions such as the "
+        "optimizer; lab.yaml's own figures use none)",
     )  # fmt: skip
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--work", type=Path, default=REPO / "benchmarks/credit/work/lab")
