@@ -60,6 +60,7 @@ __all__ = [
     "compute_advantages",
     "get_estimator",
     "group_zscore",
+    "metric_name",
     "register_advantage",
 ]
 
@@ -439,7 +440,9 @@ def _check_inputs(
                 )
 
 
-def _metric_name(head: str) -> str:
+def metric_name(head: str) -> str:
+    """A head's name in metric keys (``adv/<name>_mean``, ``segment/<name>_…``):
+    ``summary`` is ``sum``, as DESIGN §8 spells it."""
     return "sum" if head == SUMMARY else head
 
 
@@ -449,7 +452,7 @@ def _metrics(
     metrics: dict[str, Tensor] = {}
     for head, mask in head_masks.items():
         values = advantages[mask]
-        name = _metric_name(head)
+        name = metric_name(head)
         if values.numel():
             metrics[f"adv/{name}_mean"] = values.mean()
             metrics[f"adv/{name}_std"] = values.std(correction=0)

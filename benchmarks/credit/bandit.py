@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -169,8 +170,9 @@ def markdown(result: dict) -> str:
         cells = []
         for s in spreads:
             g, c = by[(tasks, optimizer, lr, s, "grpo")], by[(tasks, optimizer, lr, s, "slca")]
-            ratio = c["median"] / g["median"] if g["median"] not in (0, float("inf")) else None
-            shown = "–" if ratio is None or ratio == float("inf") else f"{ratio:.2f}"
+            # a median of steps is >= 1; a censored one (inf) leaves no ratio
+            both = not (math.isinf(g["median"]) or math.isinf(c["median"]))
+            shown = f"{c['median'] / g['median']:.2f}" if both else "–"
             cells.append(
                 f"{format_steps(g['median'], cap)} / {format_steps(c['median'], cap)} ({shown})"
             )

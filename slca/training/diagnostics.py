@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor
 
+from slca.advantages import metric_name
 from slca.rewards.score import RewardBreakdown
 from slca.rollout.types import Rollout, is_truncated
 
@@ -93,7 +94,7 @@ def step_diagnostics(
         if cut.any():
             out["adv/truncated_mean"] = float(advantages[cut].mean())
     for head, head_mask in (head_masks or {}).items():
-        name = "sum" if head == "summary" else head
+        name = metric_name(head)
         present = head_mask.bool().any(dim=1)
         out[f"segment/{name}_present_frac"] = float(present.float().mean())
         if head_rewards is not None and head in head_rewards and not present.all():
