@@ -43,8 +43,11 @@ class BaseModelParams(StrictModel):
     """tiny: KV heads (must divide the attention heads)."""
     intermediate_size: int = Field(384, ge=16)
     """tiny: MLP width."""
+    copy_pretrain_steps: int = Field(0, ge=0)
+    """tiny: steps of copy pretraining (repeat a random span; ``slca.training.tiny.
+    pretrain_copying``) before the model is written; 0: the random init as is."""
     seed: int = 0
-    """tiny: initialisation seed."""
+    """tiny: initialisation seed (and the copy pretraining's draws)."""
 
 
 class SFTParams(StrictModel):

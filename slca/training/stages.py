@@ -56,11 +56,11 @@ def build_base_model(params: BaseModelParams) -> Path:
             )
             ensure_tool_template(tokenizer)
         else:
-            from slca.training.tiny import tiny_model, train_tokenizer
+            from slca.training.tiny import pretrain_copying, tiny_model, train_tokenizer
 
-            tasks = io.load_train_set(params.in_dir)
+            texts = _texts_for_tokenizer(io.load_train_set(params.in_dir))
             tokenizer = train_tokenizer(
-                _texts_for_tokenizer(tasks),
+                texts,
                 params.vocab_size,
                 isolate_spaces_and_digits=params.isolate_spaces_and_digits,
             )
@@ -73,6 +73,10 @@ def build_base_model(params: BaseModelParams) -> Path:
                 num_key_value_heads=params.num_key_value_heads,
                 intermediate_size=params.intermediate_size,
             )
+            if params.copy_pretrain_steps:
+                pretrain_copying(
+                    model, tokenizer, texts, steps=params.copy_pretrain_steps, seed=params.seed
+                )
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
     return out

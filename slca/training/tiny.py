@@ -105,3 +105,57 @@ def tiny_model(
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model
+
+
+def pretrain_copying(
+    model: Qwen2ForCausalLM,
+    tokenizer: PreTrainedTokenizerFast,
+    texts: Iterable[str],
+    *,
+    steps: int,
+    span: int = 32,
+    batch_size: int = 32,
+    lr: float = 1e-3,
+    seed: int = 0,
+) -> list[float]:
+    """Teach a randomly initialised ``model`` to copy, in place, before its SFT.
+
+    Each sequence is ``span`` tokens drawn from ``texts``' token frequencies (square
+    root, so rare tokens, which values are made of, are drawn too), then the same
+    ``span`` tokens again; the loss is on the repeat only, which only an induction
+    circuit (attend to the token after the previous occurrence of the current one)
+    predicts. A tool call's argument values are spans of the request, and SFT on task
+    data alone does not form that circuit in the tiny model (docs/results.md).
+
+    Shapes: each step's batch is ``[batch_size, 2 * span]``. Returns each step's loss.
+    """
+    import collections
+
+    import torch
+
+    counts: collections.Counter[int] = collections.Counter()
+    for text in texts:
+        counts.update(tokenizer(text, add_special_tokens=False)["input_ids"])
+    special = set(tokenizer.all_special_ids)
+    vocab = torch.tensor([i for i in sorted(counts) if i not in special])
+    if len(vocab) < 2:
+        raise ValueError("pretrain_copying: the texts encode to fewer than two tokens")
+    weights = torch.tensor([counts[i] for i in vocab.tolist()], dtype=torch.float).sqrt()
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    model.train()
+    losses = []
+    for _ in range(steps):
+        drawn = torch.multinomial(weights, batch_size * span, replacement=True, generator=generator)
+        half = vocab[drawn].view(batch_size, span)
+        input_ids = torch.cat([half, half], dim=1)
+        labels = input_ids.clone()
+        labels[:, : span + 1] = -100  # the first token of the repeat is not yet a copy
+        loss = model(input_ids=input_ids, labels=labels).loss
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        losses.append(loss.item())
+    model.eval()
+    return losses

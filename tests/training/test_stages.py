@@ -5,11 +5,11 @@ import pytest
 import torch
 from helpers import tiny_params
 
-from slca.config.steps import SFTParams
+from slca.config.steps import BaseModelParams, SFTParams
 from slca.config.train import TrainConfig
 from slca.modeling import load_causal_lm
 from slca.training.session import run_train
-from slca.training.stages import run_sft
+from slca.training.stages import build_base_model, run_sft
 
 
 def train_config(root, **over):
@@ -23,6 +23,21 @@ def test_base_model_and_sft_write_loadable_checkpoints(workspace):
         model, tokenizer = load_causal_lm(root / "models" / name)
         assert tokenizer.eos_token == "<|im_end|>" and model.config.hidden_size == 32
     assert figures["sft/last_loss"] < figures["sft/first_loss"]
+
+
+def test_copy_pretraining_runs_in_the_base_stage_and_is_seeded(workspace, tmp_path):
+    root, _ = workspace
+    params = tiny_params(root)["base_model"]
+
+    def embeddings(name, steps):
+        settings = {**params, "out_dir": str(tmp_path / name), "copy_pretrain_steps": steps}
+        model, _ = load_causal_lm(build_base_model(BaseModelParams(**settings)))
+        return model.get_input_embeddings().weight
+
+    random_init, pretrained, again = embeddings("a", 0), embeddings("b", 2), embeddings("c", 2)
+    assert not torch.equal(random_init, pretrained) and torch.equal(pretrained, again)
+    with pytest.raises(ValueError, match="copy_pretrain_steps"):
+        BaseModelParams(**params, copy_pretrain_steps=-1)
 
 
 def test_a_source_filter_that_keeps_no_task_is_an_error_naming_the_param(workspace, tmp_path):
