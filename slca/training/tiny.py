@@ -124,8 +124,9 @@ def pretrain_copying(
     root, so rare tokens, which values are made of, are drawn too), then the same
     ``span`` tokens again; the loss is on the repeat only, which only an induction
     circuit (attend to the token after the previous occurrence of the current one)
-    predicts. A tool call's argument values are spans of the request, and SFT on task
-    data alone does not form that circuit in the tiny model (docs/results.md).
+    predicts. Built to let the tiny default copy argument values from the request; SFT
+    did not use it for that (a value's lookup is keyed on a cue word, not on the token
+    being written; docs/results.md, "Copy pretraining before SFT").
 
     Shapes: each step's batch is ``[batch_size, 2 * span]``. Returns each step's loss.
     """
