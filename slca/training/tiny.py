@@ -135,8 +135,8 @@ def pretrain_copying(
     import torch
 
     counts: collections.Counter[int] = collections.Counter()
-    for text in texts:
-        counts.update(tokenizer(text, add_special_tokens=False)["input_ids"])
+    for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]:
+        counts.update(ids)
     special = set(tokenizer.all_special_ids)
     vocab = torch.tensor([i for i in sorted(counts) if i not in special])
     if len(vocab) < 2:
