@@ -77,6 +77,10 @@ class SFTParams(StrictModel):
     schemas alone run to tens of thousands of tokens."""
     seed: int = 0
     """Shuffling seed."""
+    group_by_length: bool = False
+    """Batch trajectories of similar length (sorted within windows of 50 micro-batches,
+    then the batches shuffled), as HF's ``group_by_length``: less padding, so less
+    compute for the same tokens; the batches differ, so results do too."""
     engine: EngineConfig = Field(default_factory=lambda: EngineConfig(optim={"lr": 1e-3}))
     """Update engine and optimizer."""
 

@@ -116,6 +116,40 @@ def build_example(
     return SFTExample(task.id, ids, mask)
 
 
+LENGTH_WINDOW = 50
+"""Micro-batches per length-sorted window (HF ``LengthGroupedSampler``'s mega-batch)."""
+
+
+def micro_batches(
+    order: Sequence[int],
+    lengths: Sequence[int],
+    micro_batch_size: int,
+    rng: random.Random,
+    group_by_length: bool,
+) -> list[list[int]]:
+    """Cut one epoch's shuffled ``order`` of example indices into micro-batches.
+
+    ``group_by_length`` sorts each window of ``LENGTH_WINDOW`` micro-batches by length
+    before cutting, then shuffles the micro-batches with ``rng``: a batch pads to a near
+    neighbour's length instead of the longest of eight random ones (the synth
+    trajectories run from 455 to 1,217 tokens, and random batches pad by 27 %) while the
+    order of batches stays random.
+    """
+    if group_by_length:
+        window = micro_batch_size * LENGTH_WINDOW
+        order = [
+            i
+            for start in range(0, len(order), window)
+            for i in sorted(order[start : start + window], key=lambda i: lengths[i])
+        ]
+    batches = [
+        list(order[s : s + micro_batch_size]) for s in range(0, len(order), micro_batch_size)
+    ]
+    if group_by_length:
+        rng.shuffle(batches)
+    return batches
+
+
 def sft(
     update: Any,
     examples: Sequence[SFTExample],
@@ -124,6 +158,7 @@ def sft(
     micro_batch_size: int,
     pad_id: int,
     seed: int = 0,
+    group_by_length: bool = False,
     progress: Callable[[int, float], None] | None = None,
 ) -> list[float]:
     """Cross-entropy on assistant tokens (token-mean per micro-batch), one optimizer step
@@ -137,11 +172,13 @@ def sft(
     model = update.model
     model.train()
     order = list(range(len(examples)))
+    lengths = [len(e.token_ids) for e in examples]
     losses = []
     for epoch in range(epochs):
-        random.Random(f"{seed}:{epoch}").shuffle(order)
-        for start in range(0, len(order), micro_batch_size):
-            chunk = [examples[i] for i in order[start : start + micro_batch_size]]
+        rng = random.Random(f"{seed}:{epoch}")
+        rng.shuffle(order)
+        for batch in micro_batches(order, lengths, micro_batch_size, rng, group_by_length):
+            chunk = [examples[i] for i in batch]
             width = max(len(e.token_ids) for e in chunk)
             ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
             attention = torch.zeros((len(chunk), width), dtype=torch.bool)

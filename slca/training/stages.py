@@ -186,6 +186,7 @@ def run_sft(params: SFTParams, progress: Any = None) -> dict[str, float]:
         micro_batch_size=params.micro_batch_size,
         pad_id=tokenizer.pad_token_id,
         seed=params.seed,
+        group_by_length=params.group_by_length,
         progress=progress,
     )
     _save(model, tokenizer, params.out_dir)

@@ -1,4 +1,5 @@
 import json
+import random
 
 import pytest
 
@@ -13,6 +14,7 @@ from slca.training.engines import TorchEngine
 from slca.training.sft import (
     build_example,
     gold_conversation,
+    micro_batches,
     poor_summary,
     reference_summary,
     sft,
@@ -87,3 +89,29 @@ def test_poor_summaries_are_drawn_per_task_from_the_seed_alone():
     assert all(summary_for(t, 1.0, seed=0) is poor_summary for t in tasks)
     with pytest.raises(ValueError, match="poor_frac"):
         summary_for(tasks[0], 1.5, seed=0)
+
+
+def padded_tokens(batches, lengths):
+    return sum(max(lengths[i] for i in batch) * len(batch) for batch in batches)
+
+
+def test_micro_batches_without_grouping_cut_the_shuffled_order_as_it_stands():
+    order = random.Random(0).sample(range(50), 50)
+    batches = micro_batches(order, [1] * 50, 8, random.Random(1), group_by_length=False)
+    assert batches == [order[s : s + 8] for s in range(0, 50, 8)]
+
+
+def test_grouping_by_length_pads_less_and_still_trains_on_every_example_once():
+    rng = random.Random(0)
+    lengths = [rng.randint(450, 1200) for _ in range(1000)]
+    order = rng.sample(range(1000), 1000)
+    plain = micro_batches(order, lengths, 8, random.Random(1), group_by_length=False)
+    grouped = micro_batches(order, lengths, 8, random.Random(1), group_by_length=True)
+    assert sorted(i for batch in grouped for i in batch) == list(range(1000))
+    assert sorted(len(batch) for batch in grouped) == sorted(len(batch) for batch in plain)
+    assert padded_tokens(grouped, lengths) < 1.05 * sum(lengths) < padded_tokens(plain, lengths)
+    longest = [max(lengths[i] for i in batch) for batch in grouped]
+    assert longest != sorted(longest) and longest != sorted(longest, reverse=True)
+    again = micro_batches(order, lengths, 8, random.Random(1), group_by_length=True)
+    assert again == grouped
+    assert micro_batches(order, lengths, 8, random.Random(2), group_by_length=True) != grouped

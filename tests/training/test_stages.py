@@ -88,3 +88,13 @@ def test_the_smollm2_base_model_renders_tools_in_its_prompts(tmp_path):
     assert "get_weather" in prompt and "<tools>" in prompt
     model, _ = load_causal_lm(out)
     assert model.config.model_type == "llama" and model.dtype == torch.float32
+
+
+def test_sft_groups_by_length_when_asked_same_examples_other_batches(workspace, tmp_path):
+    root, _ = workspace
+    params = {**tiny_params(root)["sft"], "out_dir": str(tmp_path / "sft"), "epochs": 1}
+    plain = run_sft(SFTParams(**params))
+    grouped = run_sft(SFTParams(**params, group_by_length=True))
+    for key in ("sft/steps", "sft/examples", "sft/tokens"):
+        assert grouped[key] == plain[key]
+    assert grouped["sft/first_loss"] != plain["sft/first_loss"]
