@@ -106,13 +106,16 @@ def token_logprobs(
     Only positions ``>= start`` are computed (earlier ones are 0): the output layer runs
     on the last ``T - start + 1`` hidden states (``logits_to_keep``), which skips the
     prompt — most of a tool-calling sequence. Right padding needs no position ids:
-    real tokens come first in every row.
+    real tokens come first in every row. It needs no padding mask either: under the
+    causal mask a real token attends only to earlier, real, tokens, so the mask is
+    dropped and SDPA runs its causal kernel (1.26x faster SFT steps on CPU,
+    ``benchmarks/sft_batching.py``); the padded positions' outputs change, the real
+    ones' do not. Any other padding keeps its mask.
     """
     width = input_ids.shape[1]
     start = max(1, min(start, width))
-    kept = model(
-        input_ids=input_ids, attention_mask=attention_mask.long(), logits_to_keep=width - start + 1
-    ).logits
+    mask = None if is_right_padded(attention_mask) else attention_mask.long()
+    kept = model(input_ids=input_ids, attention_mask=mask, logits_to_keep=width - start + 1).logits
     logits = kept[:, :-1].float() / temperature  # predicts tokens start .. T-1
     log_probs = torch.log_softmax(logits, dim=-1)
     picked = log_probs.gather(-1, input_ids[:, start:, None]).squeeze(-1)
@@ -124,6 +127,12 @@ def token_logprobs(
             entropy = out.new_zeros(input_ids.shape)
             entropy[:, start:] = -(log_probs.exp() * log_probs).sum(-1)
     return out, entropy
+
+
+def is_right_padded(attention_mask: Tensor) -> bool:
+    """Whether every row of ``attention_mask (B, T)`` is its real tokens then padding."""
+    mask = attention_mask.bool()
+    return not bool((mask[:, 1:] & ~mask[:, :-1]).any())
 
 
 def first_position(mask: Tensor) -> int:

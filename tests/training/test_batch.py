@@ -3,7 +3,7 @@ import torch
 
 from slca.rollout.types import Rollout
 from slca.segments import ENV
-from slca.training.batch import collate, first_position, token_logprobs
+from slca.training.batch import collate, first_position, is_right_padded, token_logprobs
 from slca.training.tiny import tiny_model, train_tokenizer
 
 
@@ -73,3 +73,24 @@ def test_logprobs_from_a_start_position_match_the_full_computation():
     assert (part[:, :3] == 0).all()
     assert first_position(torch.tensor([[0, 0, 1], [0, 1, 0]], dtype=torch.bool)) == 1
     assert first_position(torch.zeros(2, 4, dtype=torch.bool)) == 4
+
+
+def test_right_padding_drops_the_padding_mask_and_any_other_keeps_it():
+    tok = train_tokenizer(["some words to train a tokenizer on, twice"] * 5, vocab_size=300)
+    model = tiny_model(tok, seed=0)
+    seen = []
+
+    def spy(module, args, kwargs):
+        seen.append(kwargs["attention_mask"])
+
+    model.register_forward_pre_hook(spy, with_kwargs=True)
+    ids = torch.tensor([[5, 9, 11, 13], [7, 8, 2, 0]])
+    right = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]], dtype=torch.bool)
+    left = torch.tensor([[1, 1, 1, 1], [0, 1, 1, 1]], dtype=torch.bool)
+    token_logprobs(model, ids, right)
+    token_logprobs(model, ids, left)
+    assert seen[0] is None
+    assert seen[1].tolist() == left.long().tolist()
+    assert is_right_padded(right) and is_right_padded(torch.zeros(2, 3, dtype=torch.bool))
+    assert not is_right_padded(left)
+    assert not is_right_padded(torch.tensor([[1, 0, 1]], dtype=torch.bool))
