@@ -108,7 +108,7 @@ def token_logprobs(
     prompt — most of a tool-calling sequence. Right padding needs no position ids:
     real tokens come first in every row. It needs no padding mask either: under the
     causal mask a real token attends only to earlier, real, tokens, so the mask is
-    dropped and SDPA runs its causal kernel (1.26x faster SFT steps on CPU,
+    dropped and SDPA runs its causal kernel (SFT 1.3x faster on CPU,
     ``benchmarks/sft_batching.py``); the padded positions' outputs change, the real
     ones' do not. Any other padding keeps its mask.
     """
