@@ -65,11 +65,12 @@ def main() -> int:
             rng.shuffle(order)
             batches = micro_batches(order, lengths, args.micro_batch_size, rng, grouped)
             padded[mode] = sum(max(lengths[i] for i in b) * len(b) for b in batches)
-            keep_mask = mock.patch(
-                "slca.training.batch.is_right_padded",
-                return_value=False,
+            keep_mask = (
+                mock.patch("slca.training.batch.is_right_padded", return_value=False)
+                if mode == "padding mask"
+                else contextlib.nullcontext()
             )
-            with keep_mask if mode == "padding mask" else contextlib.nullcontext():
+            with keep_mask:
                 start = time.perf_counter()
                 sft(
                     engine,
