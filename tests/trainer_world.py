@@ -17,8 +17,8 @@ from slca.training.rl import Trainer
 from slca.training.tiny import tiny_model, train_tokenizer
 
 
-def engine(model, lr=1e-3):
-    return TorchEngine(model, EngineConfig(optim={"lr": lr, "weight_decay": 0.01}))
+def engine(model, lr=1e-3, **optim):
+    return TorchEngine(model, EngineConfig(optim={"lr": lr, "weight_decay": 0.01, **optim}))
 
 
 class Recorder:
@@ -73,6 +73,7 @@ def make(
     granularity="trajectory",
     script=None,
     summary_scorer=None,
+    optim=None,
     **overrides,
 ):
     tasks, tokenizer = world
@@ -97,7 +98,7 @@ def make(
         config,
         tasks=tasks[:1],
         tokenizer=tokenizer,
-        update=engine(model),
+        update=engine(model, **(optim or {})),
         reference=tiny_model(tokenizer, seed=model_seed).eval() if kl_coef else None,
         rollout_engine=ScriptedEngine(tokenizer, script or script_for(tasks[0])),
         simulator=Simulator(),
