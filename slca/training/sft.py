@@ -150,6 +150,22 @@ def micro_batches(
     return batches
 
 
+def pad_batch(
+    chunk: Sequence[SFTExample], pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded token ids, attention mask and loss mask, each [batch, longest]."""
+    width = max(len(e.token_ids) for e in chunk)
+    ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(chunk), width), dtype=torch.bool)
+    mask = torch.zeros((len(chunk), width), dtype=torch.bool)
+    for row, example in enumerate(chunk):
+        n = len(example.token_ids)
+        ids[row, :n] = torch.tensor(example.token_ids)
+        attention[row, :n] = True
+        mask[row, :n] = torch.tensor(example.loss_mask)
+    return ids, attention, mask
+
+
 def sft(
     update: Any,
     examples: Sequence[SFTExample],
@@ -179,16 +195,7 @@ def sft(
         rng.shuffle(order)
         for batch in micro_batches(order, lengths, micro_batch_size, rng, group_by_length):
             chunk = [examples[i] for i in batch]
-            width = max(len(e.token_ids) for e in chunk)
-            ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
-            attention = torch.zeros((len(chunk), width), dtype=torch.bool)
-            mask = torch.zeros((len(chunk), width), dtype=torch.bool)
-            for row, example in enumerate(chunk):
-                n = len(example.token_ids)
-                ids[row, :n] = torch.tensor(example.token_ids)
-                attention[row, :n] = True
-                mask[row, :n] = torch.tensor(example.loss_mask)
-            ids, attention, mask = (t.to(update.device) for t in (ids, attention, mask))
+            ids, attention, mask = (t.to(update.device) for t in pad_batch(chunk, pad_id))
             update.zero_grad()
             with update.micro_batch():
                 logp, _ = token_logprobs(model, ids, attention, start=first_position(mask))
