@@ -35,6 +35,8 @@ from slca.jsonutil import canonical_json
 JSON_COLUMNS = ("messages", "tools", "gold", "facts", "world")
 SCALAR_COLUMNS = ("id", "source", "domain", "split", "eval_only")
 COLUMNS = SCALAR_COLUMNS + JSON_COLUMNS
+OPTIONAL_COLUMNS = ("answer",)
+"""Columns added after the first datasets were written: read as null when absent."""
 
 SCHEMA = pa.schema(
     [
@@ -45,15 +47,26 @@ SCHEMA = pa.schema(
         ("eval_only", pa.bool_()),
     ]
     + [(c, pa.string()) for c in JSON_COLUMNS]
+    + [("answer", pa.string())]
 )
 
 
 def record_to_row(r: TaskRecord) -> dict[str, Any]:
     d = r.model_dump(mode="json")
-    d["gold"] = [[{k: v for k, v in c.items() if v is not None} for c in s] for s in d["gold"]]
+    # fields added later are left out at their defaults, so records that do not use
+    # them store (and hash) exactly as before they existed
+    d["gold"] = [
+        [
+            {k: v for k, v in c.items() if v is not None and (k, v) != ("arguments_known", True)}
+            for c in s
+        ]
+        for s in d["gold"]
+    ]
+    d["messages"] = [{k: v for k, v in m.items() if v is not None} for m in d["messages"]]
     row = {c: d[c] for c in SCALAR_COLUMNS}
     for c in JSON_COLUMNS:
         row[c] = None if d[c] is None else canonical_json(d[c])
+    row["answer"] = d["answer"]
     return row
 
 
@@ -63,6 +76,7 @@ def row_to_data(row: dict[str, Any]) -> dict[str, Any]:
     for c in JSON_COLUMNS:
         v = row.get(c)
         out[c] = None if v is None else json.loads(v)
+    out["answer"] = row.get("answer")
     return out
 
 
@@ -75,7 +89,10 @@ def content_hash(records: Iterable[TaskRecord]) -> str:
     """sha256 over the records' canonical JSON lines: independent of the parquet encoder."""
     h = hashlib.sha256()
     for r in records:
-        h.update(canonical_json(record_to_row(r)).encode())
+        row = record_to_row(r)
+        if row["answer"] is None:
+            del row["answer"]
+        h.update(canonical_json(row).encode())
         h.update(b"\n")
     return h.hexdigest()
 

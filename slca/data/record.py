@@ -37,11 +37,38 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class Message(_Strict):
-    """One prompt turn. Policy turns are never stored: the policy writes them."""
+class ContextCall(_Strict):
+    """A call an earlier assistant turn of the conversation made (context, not gold)."""
 
-    role: Literal["system", "user"] = Field(description="Who speaks: system or user.")
-    content: str = Field(description="The turn's text.")
+    name: str = Field(description="The tool called.")
+    arguments: dict[str, Any] = Field(default_factory=dict, description="Its arguments.")
+
+
+class Message(_Strict):
+    """One prompt turn. The turns the policy answers for are never stored here: they
+    are the gold. Earlier assistant and tool turns of an imported conversation are
+    context, rendered through the chat template like the policy's own turns."""
+
+    role: Literal["system", "user", "assistant", "tool"] = Field(
+        description="Who speaks: system, user, or (context only) assistant and tool."
+    )
+    content: str = Field(description="The turn's text (a tool turn: the tool's result).")
+    tool_calls: list[ContextCall] | None = Field(
+        default=None,
+        description="An assistant context turn's calls, in order (parallel calls in one "
+        "turn); null otherwise.",
+    )
+    name: str | None = Field(
+        default=None, description="A tool turn's tool name; null for other roles."
+    )
+
+    @model_validator(mode="after")
+    def _fields_fit_role(self) -> Message:
+        if self.tool_calls is not None and self.role != "assistant":
+            raise ValueError(f"tool_calls on a {self.role} turn (only assistant turns call)")
+        if self.name is not None and self.role != "tool":
+            raise ValueError(f"name on a {self.role} turn (only tool turns carry one)")
+        return self
 
 
 class ToolSpec(_Strict):
@@ -79,6 +106,12 @@ class Call(_Strict):
         description="Name under which later calls refer to this call's result "
         "('$label.field$'); null when nothing refers to it.",
     )
+    arguments_known: bool = Field(
+        default=True,
+        description="False when the source names the tool but not its arguments (the "
+        "authors' verl data): 'arguments' is then empty and argument rewards skip the "
+        "call instead of scoring against arguments nobody knows.",
+    )
     accepted: dict[str, list[Any]] | None = Field(
         default=None,
         description="Every accepted value per argument when the source lists several "
@@ -91,7 +124,10 @@ class TaskRecord(_Strict):
     """One tool-calling task, whatever its source."""
 
     id: str = Field(min_length=1, description="Unique across the whole dataset.")
-    source: str = Field(min_length=1, description="Where it came from: synth, nestful, bfcl, tau2.")
+    source: str = Field(
+        min_length=1,
+        description="Where it came from: synth, nestful, bfcl, tau2, or an import's name.",
+    )
     domain: str = Field(
         min_length=1, description="API family or benchmark category within the source."
     )
@@ -99,7 +135,9 @@ class TaskRecord(_Strict):
         description="train/val/test (in-domain) or eval (out-of-domain eval sets)."
     )
     messages: list[Message] = Field(
-        min_length=1, description="Prompt turns (system/user), at least one user turn."
+        min_length=1,
+        description="Prompt turns, ending with the user turn the policy answers; earlier "
+        "user, assistant and tool turns of a conversation are its context.",
     )
     tools: list[ToolSpec] = Field(description="APIs on offer; names unique.")
     gold: list[list[Call]] = Field(
@@ -116,12 +154,22 @@ class TaskRecord(_Strict):
         "real sources.",
     )
     eval_only: bool = Field(default=False, description="Never to be trained on (benchmarks).")
+    answer: str | None = Field(
+        default=None,
+        description="A reference final answer to the user, where the source has one "
+        "(imported data); summary scorers may compare with it. Null otherwise.",
+    )
 
     @field_validator("messages")
     @classmethod
     def _has_user_turn(cls, v: list[Message]) -> list[Message]:
         if not any(m.role == "user" for m in v):
             raise ValueError("needs at least one user turn")
+        if v[-1].role != "user":
+            raise ValueError(f"must end with the user turn the policy answers, not {v[-1].role}")
+        for i, m in enumerate(v):
+            if m.role == "tool" and (i == 0 or v[i - 1].role not in ("assistant", "tool")):
+                raise ValueError(f"turn {i}: a tool turn must follow an assistant or tool turn")
         return v
 
     @field_validator("tools")
@@ -160,8 +208,14 @@ class TaskRecord(_Strict):
         return sum(len(s) for s in self.gold)
 
     def user_text(self) -> str:
-        """All user turns, joined: what near-duplicate detection compares."""
+        """All user turns, joined."""
         return "\n".join(m.content for m in self.messages if m.role == "user")
+
+    def conversation_text(self) -> str:
+        """The conversation's first user turn: what near-duplicate grouping compares, so
+        every task cut from one conversation (whose later tasks hold the earlier ones'
+        answers as context) lands in one split. Single-turn tasks: their request."""
+        return next(m.content for m in self.messages if m.role == "user")
 
 
 def record_json_schema() -> dict[str, Any]:

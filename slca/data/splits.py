@@ -26,7 +26,7 @@ from typing import Any
 from slca.config.data import SplitParams
 from slca.data import io
 from slca.data.record import EVAL_SPLIT, TaskRecord
-from slca.rollout.chat import ChatRenderer
+from slca.rollout.chat import ChatRenderer, task_messages
 
 _FILLERS = frozenset(
     "hi hello hey there thanks thank you please cheers quick question could help me "
@@ -60,8 +60,10 @@ def assign_splits(
     eval_records: Iterable[TaskRecord],
     seed: int,
     fractions: SplitParams,
+    train_only: Iterable[TaskRecord] = (),
 ) -> tuple[list[TaskRecord], list[tuple[TaskRecord, str]]]:
-    """Give in-domain records train/val/test; eval records keep ``eval``.
+    """Give in-domain records train/val/test, ``train_only`` records train; eval
+    records keep ``eval``.
 
     Returns (records in output order, dropped): an in-domain record whose request is a
     near-duplicate of an eval record is dropped (with the reason), so no request text
@@ -70,15 +72,21 @@ def assign_splits(
     eval_records = list(eval_records)
     eval_keys = {}
     for r in eval_records:
-        eval_keys.setdefault(request_key(r.user_text()), r.id)
+        eval_keys.setdefault(request_key(r.conversation_text()), r.id)
     kept: list[TaskRecord] = []
     dropped: list[tuple[TaskRecord, str]] = []
     for r in in_domain:
-        key = request_key(r.user_text())
+        key = request_key(r.conversation_text())
         if key in eval_keys:
             dropped.append((r, f"request is a near-duplicate of eval record {eval_keys[key]}"))
             continue
         kept.append(r.model_copy(update={"split": split_for(key, seed, fractions)}))
+    for r in train_only:
+        key = request_key(r.conversation_text())
+        if key in eval_keys:
+            dropped.append((r, f"request is a near-duplicate of eval record {eval_keys[key]}"))
+            continue
+        kept.append(r.model_copy(update={"split": "train"}))
     evals = [r.model_copy(update={"split": EVAL_SPLIT}) for r in eval_records]
     return kept + evals, dropped
 
@@ -119,9 +127,7 @@ def fitting_tasks(tasks: list[Any], tokenizer: Any, max_prompt_tokens: int) -> l
     kept = []
     for task in tasks:
         renderer = ChatRenderer(tokenizer, [t.model_dump() for t in task.tools])
-        prompt = renderer.prompt_ids(
-            [{"role": m.role, "content": m.content} for m in task.messages]
-        )
+        prompt = renderer.prompt_ids(task_messages(task))
         if len(prompt) <= max_prompt_tokens:
             kept.append(task)
     if not kept:

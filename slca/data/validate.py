@@ -52,10 +52,11 @@ def _ok_gold(tools: Any, gold: Any) -> bool:
 
 def _user_key(messages: Any) -> str:
     try:
+        # the conversation's first user turn, as slca.data.splits groups them
         return request_key(
-            "\n".join(m["content"] for m in json.loads(messages) if m.get("role") == "user")
+            next(m["content"] for m in json.loads(messages) if m.get("role") == "user")
         )
-    except (TypeError, ValueError, KeyError, AttributeError):
+    except (TypeError, ValueError, KeyError, AttributeError, StopIteration):
         return ""
 
 

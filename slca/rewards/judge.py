@@ -81,7 +81,11 @@ def _context(responses: Sequence[Any], limit: int) -> str:
 
 
 def judge_prompt(item: SummaryInput, config: JudgeConfig) -> str:
-    request = "\n".join(m.content for m in item.task.messages if m.role == "user")
+    # the turn being answered (earlier turns of an imported conversation are context),
+    # and the data's own final answer where it has one, as a reference to grade against
+    request = item.task.messages[-1].content
+    if item.task.answer:
+        request += f"\n\n(A reference answer from the data: {item.task.answer})"
     return clean_text(
         JUDGE_RUBRIC.format(
             request=request,

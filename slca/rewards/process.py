@@ -16,6 +16,14 @@ Five parts, each in [0, 1] (DESIGN §4):
 - ``parallel``: the first calling turn has as many calls as the first gold step. On a
   no-call task: 1 without calls, else 0.
 
+A gold call whose arguments the source does not give (``arguments_known`` false: the
+authors' verl data names tools only) counts for ``name`` and ``parallel`` but not for
+``key`` and ``value``. When no gold call of a task has known arguments, those two parts
+are reported as 1 and left out of the weighted sum, whose other weights are scaled up to
+the same total (a perfect rollout still scores the full weight; nothing is credited or
+charged for arguments nobody knows). The ``reference`` profile keeps the authors' rule
+instead (key and value 1 when calls were made).
+
 Calls are matched greedily (:func:`slca.rewards.match.match_calls`).
 """
 
@@ -38,15 +46,16 @@ class ProcessParts:
     key: float
     value: float
     parallel: float
+    arguments_scored: bool = True
+    """False when no gold call has known arguments: key and value are not scored."""
 
     def weighted(self, w: ProcessWeights) -> float:
-        return (
-            w.format * self.format
-            + w.name * self.name
-            + w.key * self.key
-            + w.value * self.value
-            + w.parallel * self.parallel
-        )
+        shown = w.format * self.format + w.name * self.name + w.parallel * self.parallel
+        if not self.arguments_scored:
+            rest = w.format + w.name + w.parallel
+            total = rest + w.key + w.value
+            return shown * total / rest if rest > 0 else total
+        return shown + w.key * self.key + w.value * self.value
 
 
 def block_counts(rollout: Rollout) -> tuple[int, int]:
@@ -95,9 +104,13 @@ def process_parts(
     if not golds:
         empty = 0.0 if calls else 1.0
         return ProcessParts(fmt, name, empty, empty, parallel)
-    key = sum(p.key for p in pairs) / len(golds)
-    value_total = sum(max(1, len(g.keys)) for g in golds)
-    value = sum(p.value_hits for p in pairs) / value_total
+    known = [g for g in golds if g.call.arguments_known]
+    if not known:
+        return ProcessParts(fmt, name, 1.0, 1.0, parallel, arguments_scored=False)
+    scored = [p for p in pairs if p.gold.call.arguments_known]
+    key = sum(p.key for p in scored) / len(known)
+    value_total = sum(max(1, len(g.keys)) for g in known)
+    value = sum(p.value_hits for p in scored) / value_total
     return ProcessParts(fmt, name, key, value, parallel)
 
 
@@ -106,6 +119,8 @@ def call_correctness(pair: Pair | None, w: ProcessWeights) -> float:
     weighted like R_tool's parts and renormalised to [0, 1]; 0 when unmatched."""
     if pair is None:
         return 0.0
+    if not pair.gold.call.arguments_known:
+        return 1.0
     total = w.name + w.key + w.value
     if total <= 0:
         return 1.0

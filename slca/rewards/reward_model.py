@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from slca.data.record import TaskRecord
 from slca.rewards.scorers import register_summary_scorer
 from slca.rewards.summary import Generate, SummaryInput, SummaryScorer, clean_text
+from slca.rollout.chat import task_messages
 
 if TYPE_CHECKING:
     from slca.config.rewards import RewardModelConfig, SummaryConfig
@@ -19,7 +20,7 @@ def render_for_reward_model(tokenizer: Any, task: TaskRecord, summary: str) -> s
     """The text a reward model scores: the task's prompt turns and the answer, with the
     tokenizer's chat template when it has one, else as ``role: text`` lines. Training a
     reward model (slca.training.summary_rm) renders its pairs with this same function."""
-    messages = [{"role": m.role, "content": m.content} for m in task.messages]
+    messages = task_messages(task)
     messages.append({"role": "assistant", "content": summary})
     if getattr(tokenizer, "chat_template", None):
         try:

@@ -17,6 +17,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from slca.grammar import ToolCall, render_tool_call
+
 END_OF_TURN = "<|im_end|>"
 
 HERMES_TEMPLATE = (
@@ -87,6 +89,95 @@ def ensure_tool_template(tokenizer: Any) -> bool:
     return True
 
 
+_PROBE_RESPONSE = "probe-response-5c1e"
+
+
+def template_problems(tokenizer: Any, end_of_turn: str = END_OF_TURN) -> list[str]:
+    """What stops ``tokenizer``'s own chat template from serving the tool loop; empty
+    when it passes. The loop needs it to render ``tools=`` (the policy must see the
+    schemas), a tool turn after an assistant turn (with the tool's content in the
+    text), the conversation as a growing prefix (:meth:`ChatRenderer.environment_ids`
+    appends to the previous rendering) and ``end_of_turn`` after an assistant turn
+    (the stop token the policy samples)."""
+    if not getattr(tokenizer, "chat_template", None):
+        return ["has no chat template"]
+    tools = [_PROBE_TOOL]
+    user = {"role": "user", "content": "hi"}
+    assistant = {"role": "assistant", "content": "probe answer"}
+    tool = {"role": "tool", "name": "probe_tool", "content": _PROBE_RESPONSE}
+
+    def render(messages: list[dict[str, Any]], add_generation_prompt: bool) -> str:
+        return tokenizer.apply_chat_template(
+            messages, tools=tools, tokenize=False, add_generation_prompt=add_generation_prompt
+        )
+
+    try:
+        prompt = render([user], True)
+        before = render([user, assistant], False)
+        after = render([user, assistant, tool], True)
+    except Exception as exc:  # noqa: BLE001 (templates raise anything: TemplateError, ValueError)
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return [f"fails on a tool turn after an assistant turn ({first})"]
+    problems = []
+    if "probe_tool" not in prompt:
+        problems.append("ignores tools= (the tool schemas never reach the prompt)")
+    if _PROBE_RESPONSE not in after:
+        problems.append("drops tool turns (a tool message's content is not rendered)")
+    if not after.startswith(before):
+        problems.append("does not render the conversation as a growing prefix")
+    answer = before.find("probe answer")
+    if answer < 0:
+        problems.append("drops assistant turns")
+    elif end_of_turn not in before[answer:]:
+        problems.append(f"does not end an assistant turn with {end_of_turn!r}")
+    return problems
+
+
+TEMPLATE_CHOICES = ("auto", "own", "hermes")
+"""``base_model.chat_template``: the checkpoint's own template if it passes
+:func:`template_problems`, else Hermes (``auto``); its own or an error (``own``);
+always Hermes (``hermes``)."""
+
+
+def choose_template(tokenizer: Any, choice: str, checkpoint: str) -> str | None:
+    """Give ``tokenizer`` the chat template ``choice`` asks for (see
+    :data:`TEMPLATE_CHOICES`); ``checkpoint`` names it in messages. Returns the one line
+    to log when ``auto`` replaced a failing template, else None; raises
+    :class:`~slca.config.ConfigError` (one line) when ``own`` fails the check, or when
+    the vocabulary cannot end a Hermes turn."""
+    from slca.config import ConfigError
+
+    if choice not in TEMPLATE_CHOICES:
+        raise ConfigError(
+            f"base_model.chat_template: {choice!r}; known: {', '.join(TEMPLATE_CHOICES)}"
+        )
+    problems = [] if choice == "hermes" else template_problems(tokenizer)
+    if not problems and choice != "hermes":
+        return None
+    if choice == "own":
+        raise ConfigError(
+            f"base_model.chat_template 'own': the chat template of {checkpoint} cannot "
+            f"serve the tool loop: {'; '.join(problems)}; set -S "
+            "base_model.chat_template=hermes (or auto) to use the Hermes template"
+        )
+    end_id = tokenizer.convert_tokens_to_ids(END_OF_TURN)
+    if end_id is None or end_id == getattr(tokenizer, "unk_token_id", None):
+        why = f"its own fails ({'; '.join(problems)})" if problems else "chat_template is hermes"
+        raise ConfigError(
+            f"base_model.chat_template: {checkpoint} needs the Hermes template ({why}), but "
+            f"its vocabulary has no {END_OF_TURN!r} token to end a turn; give the checkpoint "
+            "a chat template that passes (tools=, tool turns, growing prefix, "
+            f"{END_OF_TURN!r})"
+        )
+    tokenizer.chat_template = HERMES_TEMPLATE
+    if choice == "hermes":
+        return None
+    return (
+        f"base_model.chat_template auto: the chat template of {checkpoint} "
+        f"{'; '.join(problems)}; using the Hermes template instead"
+    )
+
+
 class ChatRenderer:
     """Renders one task's conversation to token ids, turn by turn.
 
@@ -146,3 +237,23 @@ def tool_message(name: str, response: Any) -> dict[str, Any]:
     """The chat message that carries one simulator response back to the policy."""
     content = response if isinstance(response, str) else json.dumps(response, ensure_ascii=False)
     return {"role": "tool", "name": name, "content": content}
+
+
+def task_messages(task: Any) -> list[dict[str, Any]]:
+    """A task's prompt turns as chat-template messages.
+
+    Context assistant turns become the text a policy turn would be (its words, then one
+    ``<tool_call>`` block per call), so the model sees earlier calls exactly as it
+    writes its own; tool turns go to the template as tool messages.
+    """
+    out: list[dict[str, Any]] = []
+    for m in task.messages:
+        if m.role == "assistant":
+            blocks = [render_tool_call(ToolCall(c.name, c.arguments)) for c in m.tool_calls or []]
+            text = "\n".join(part for part in (m.content.strip(), *blocks) if part)
+            out.append({"role": "assistant", "content": text})
+        elif m.role == "tool":
+            out.append({"role": "tool", "name": m.name or "", "content": m.content})
+        else:
+            out.append({"role": m.role, "content": m.content})
+    return out

@@ -24,7 +24,7 @@ from typing import Any
 
 from slca.data.record import TaskRecord
 from slca.grammar import ParsedTurn, Region, parse_turn
-from slca.rollout.chat import END_OF_TURN, ChatRenderer, tool_message
+from slca.rollout.chat import END_OF_TURN, ChatRenderer, task_messages, tool_message
 from slca.rollout.engines import Engine, SamplingParams
 from slca.rollout.types import ExecutedCall, Rollout, Turn
 from slca.segments import KIND_CODE, label_turn_tokens
@@ -129,7 +129,7 @@ def _start(
 ) -> _State:
     tools = [tool.model_dump() for tool in task.tools]
     renderer = ChatRenderer(tokenizer, tools, end_of_turn)
-    history = [{"role": m.role, "content": m.content} for m in task.messages]
+    history = task_messages(task)
     prompt = renderer.prompt_ids(history)
     rollout = Rollout(task_id=task.id, group=group, sample=sample, prompt_length=len(prompt))
     _append(rollout, prompt, policy=False)

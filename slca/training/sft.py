@@ -19,7 +19,7 @@ import torch
 
 from slca.data.record import TaskRecord
 from slca.grammar import ToolCall, render_tool_call
-from slca.rollout.chat import END_OF_TURN, ChatRenderer, tool_message
+from slca.rollout.chat import END_OF_TURN, ChatRenderer, task_messages, tool_message
 from slca.simulator import Simulator
 from slca.training.batch import first_position, token_logprobs
 
@@ -36,7 +36,10 @@ NO_CALL_REPLY = "Here is a short answer based on general knowledge; no tool was 
 
 
 def reference_summary(task: TaskRecord) -> str:
-    """A plain answer stating every fact of the task (or a polite direct answer)."""
+    """The data's own final answer where it has one (imported conversations); else a
+    plain answer stating every fact of the task (or a polite direct answer)."""
+    if task.answer:
+        return task.answer
     if not task.facts:
         return NO_CALL_REPLY
     parts = [f"{key.replace('.', ' ')} is {value}" for key, value in task.facts.items()]
@@ -100,7 +103,7 @@ def build_example(
     end_of_turn: str = END_OF_TURN,
 ) -> SFTExample:
     renderer = ChatRenderer(tokenizer, [t.model_dump() for t in task.tools], end_of_turn)
-    history = [{"role": m.role, "content": m.content} for m in task.messages]
+    history = task_messages(task)
     ids = renderer.prompt_ids(history)
     mask = [False] * len(ids)
     end_id = tokenizer.convert_tokens_to_ids(end_of_turn)

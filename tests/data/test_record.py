@@ -1,11 +1,14 @@
+import hashlib
 import json
 
 import pytest
 from pydantic import ValidationError
 
+from slca.data import io
 from slca.data import record as rec_mod
 from slca.data.checks import gold_problems, is_reference, record_problems, schema_problems
 from slca.data.record import TaskRecord
+from slca.jsonutil import canonical_json
 
 
 def test_valid_record_round_trips(record):
@@ -114,3 +117,58 @@ def test_reference_counts_as_present_but_must_name_an_earlier_label(weather_tool
         ]
     ]
     assert gold_problems([tool], same_step)[0][0] == "gold[0][1].arguments.city"
+
+
+CONTEXT = [
+    {"role": "user", "content": "Weather in Lima?"},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"name": "get_weather", "arguments": {"city": "Lima"}}],
+    },
+    {"role": "tool", "name": "get_weather", "content": '{"temp_c": 19}'},
+    {"role": "assistant", "content": "19 °C in Lima."},
+    {"role": "user", "content": "And in Quito?"},
+]
+
+
+def test_a_conversation_is_context_ending_with_the_user_turn_answered(make_record):
+    r = TaskRecord.model_validate(make_record(messages=CONTEXT, answer="12 °C."))
+    assert [m.role for m in r.messages] == ["user", "assistant", "tool", "assistant", "user"]
+    assert r.conversation_text() == "Weather in Lima?"
+    assert r.user_text() == "Weather in Lima?\nAnd in Quito?"
+    assert TaskRecord.model_validate_json(r.model_dump_json()) == r
+
+
+@pytest.mark.parametrize(
+    ("messages", "message"),
+    [
+        (CONTEXT[:4], "must end with the user turn"),
+        ([CONTEXT[0], CONTEXT[2], CONTEXT[4]], "a tool turn must follow"),
+        ([{"role": "user", "content": "x", "tool_calls": []}], "tool_calls on a user turn"),
+        ([{"role": "user", "content": "x", "name": "f"}], "name on a user turn"),
+    ],
+)
+def test_context_turns_out_of_place_are_refused(make_record, messages, message):
+    with pytest.raises(ValidationError, match=message):
+        TaskRecord.model_validate(make_record(messages=messages))
+
+
+def test_records_without_the_new_fields_store_and_hash_as_before(make_record):
+    r = TaskRecord.model_validate(make_record())
+    row = io.record_to_row(r)
+    # no key of a field added for imports: data prepared before them keeps its hashes
+    assert '"tool_calls"' not in row["messages"] and '"name"' not in row["messages"]
+    assert "arguments_known" not in row["gold"] and row["answer"] is None
+    legacy = {k: v for k, v in row.items() if k != "answer"}
+    expected = hashlib.sha256((canonical_json(legacy) + "\n").encode()).hexdigest()
+    assert io.content_hash([r]) == expected
+    unknown = make_record(gold=[[{"name": "get_weather", "arguments_known": False}]])
+    assert '"arguments_known":false' in io.record_to_row(TaskRecord.model_validate(unknown))["gold"]
+
+
+def test_a_gold_call_without_known_arguments_is_not_checked_against_its_schema(weather_tool):
+    unknown = [[{"name": "get_weather", "arguments": {}, "arguments_known": False}]]
+    assert gold_problems([weather_tool], unknown) == []
+    known = [[{"name": "get_weather", "arguments": {}}]]
+    assert gold_problems([weather_tool], known)  # city is required

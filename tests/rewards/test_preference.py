@@ -332,3 +332,22 @@ def test_marker_through_score_batch_keeps_the_guard(b):
     ]
     out = score_batch(rollouts, [task] * 3, RewardConfig(summary={"name": "marker"}))
     assert [r.summary for r in out] == [1.0, 0.0, -0.5]
+
+
+def test_the_judge_sees_the_turn_answered_and_the_datas_reference_answer(b):
+    from slca.data.record import Message
+
+    task = b.task([[b.call("get_weather", city="Quito")]]).model_copy(
+        update={
+            "messages": [
+                Message(role="user", content="Weather in Lima?"),
+                Message(role="assistant", content="19 °C in Lima."),
+                Message(role="user", content="And in Quito?"),
+            ],
+            "answer": "12 °C in Quito.",
+        }
+    )
+    prompt = judge_prompt(SummaryInput("It is 12 °C.", task, ({"temp_c": 12},)), JudgeConfig())
+    request = prompt.split("## User request\n")[1].split("## Tool results")[0]
+    assert "And in Quito?" in request and "Weather in Lima?" not in request
+    assert "A reference answer from the data: 12 °C in Quito." in request

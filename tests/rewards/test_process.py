@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from slca.config.rewards import RewardConfig
+from slca.data.record import Call
 from slca.rewards.process import name_f1
 from slca.rewards.score import score
 
@@ -171,3 +172,32 @@ def test_weights_are_configurable_and_must_sum_to_one(b):
     assert not r.guard_applied  # a total of 0 is not negative
     with pytest.raises(ValueError, match="sum to 1"):
         RewardConfig.model_validate({"process": {"format": 0.5}})
+
+
+def b_call_unknown(name):
+    return Call(name=name, arguments={}, arguments_known=False)
+
+
+def test_gold_without_arguments_scores_neither_key_nor_value(b):
+    # the authors' verl gold names tools only: arguments nobody knows earn and cost nothing
+    gold = [[b_call_unknown(W)]]
+    exact = _score(b, gold, [b.tc(W, city="Paris"), "ok"])
+    other_args = _score(b, gold, [b.tc(W, city="Oslo", unit="F"), "ok"])
+    assert _parts(exact) == _parts(other_args) == (1, 1, 1, 1, 1)
+    assert exact.tool == other_args.tool == APPROX(1.0)
+    assert exact.per_call == (APPROX(1.0),)
+    wrong_tool = _score(b, gold, [b.tc("get_time"), "ok"])
+    # name 0: format 0.10 and parallel 0.30 of the 0.65 scored, scaled to the full
+    # weight, less the penalty for a call the task did not need
+    assert wrong_tool.redundancy_penalty > 0
+    assert wrong_tool.tool == APPROX((0.10 + 0.30) / 0.65 - wrong_tool.redundancy_penalty)
+    no_call = _score(b, gold, ["I cannot."])
+    assert no_call.tool == 0 and no_call.guard_applied
+
+
+def test_known_and_unknown_arguments_in_one_task(b):
+    gold = [[b.call(W, city="Paris"), b_call_unknown("get_time")]]
+    r = _score(b, gold, [b.tc(W, city="London") + b.tc("get_time", zone="UTC"), "ok"])
+    # key and value over the one gold call whose arguments are known
+    assert (r.key, r.value) == (1, 0)
+    assert r.tool == APPROX(0.10 + 0.25 + 0.15 + 0.30)

@@ -86,3 +86,40 @@ def test_a_template_that_rewrites_history_is_refused(tokenizer):
     renderer = ChatRenderer(Rewriting(), [TOOL])
     with pytest.raises(ValueError, match="growing prefix"):
         renderer.environment_ids([{"role": "user", "content": "x"}], "y", [tool_message("t", {})])
+
+
+def test_context_turns_render_as_the_policy_would_have_written_them(tokenizer):
+    from slca.data.record import TaskRecord
+    from slca.rollout.chat import task_messages
+
+    task = TaskRecord.model_validate(
+        {
+            "id": "t",
+            "source": "mine",
+            "domain": "d",
+            "split": "train",
+            "messages": [
+                {"role": "user", "content": "Weather in Lima?"},
+                {
+                    "role": "assistant",
+                    "content": "Checking.",
+                    "tool_calls": [{"name": "get_weather", "arguments": {"city": "Lima"}}],
+                },
+                {"role": "tool", "name": "get_weather", "content": '{"temp_c": 19}'},
+                {"role": "assistant", "content": "19 °C."},
+                {"role": "user", "content": "And Quito?"},
+            ],
+            "tools": [TOOL],
+            "gold": [[{"name": "get_weather", "arguments": {"city": "Quito"}}]],
+        }
+    )
+    messages = task_messages(task)
+    assert messages[1] == {
+        "role": "assistant",
+        "content": 'Checking.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Lima"}}'
+        "\n</tool_call>",
+    }
+    assert messages[2] == {"role": "tool", "name": "get_weather", "content": '{"temp_c": 19}'}
+    text = ChatRenderer(tokenizer, [TOOL]).render(messages, add_generation_prompt=True)
+    assert '<tool_response>\n{"temp_c": 19}\n</tool_response>' in text
+    assert text.endswith("<|im_start|>user\nAnd Quito?<|im_end|>\n<|im_start|>assistant\n")

@@ -41,6 +41,14 @@ def test_gold_conversations_call_the_gold_and_answer_with_the_facts():
     assert rate in task.facts.values() and str(rate) in reference_summary(task)
 
 
+def test_an_imported_tasks_own_answer_is_its_reference_summary():
+    tasks, _ = data()
+    task = tasks[0].model_copy(update={"answer": "It is 4 degrees in Oslo."})
+    assert reference_summary(task) == "It is 4 degrees in Oslo."
+    assert gold_conversation(task, Simulator())[-1] == ("It is 4 degrees in Oslo.", [])
+    assert reference_summary(tasks[0]) != task.answer  # generated tasks: from their facts
+
+
 def test_loss_falls_only_on_assistant_tokens_that_decode_to_the_gold_turns():
     tasks, tokenizer = data()
     task = next(t for t in tasks if t.gold)
