@@ -24,7 +24,8 @@ from typing import Annotated, Any
 import typer
 
 from slca.config import ConfigError, parse_override
-from slca.config.data import PrepareParams, ValidateParams
+from slca.config.data import PrepareParams, ValidateParams, own_tasks_overrides
+from slca.config.loader import with_preset
 from slca.processes import die_with_parent, supervised
 
 app = typer.Typer(
@@ -47,6 +48,15 @@ Overrides = Annotated[
     list[str] | None,
     typer.Option(
         "--set", "-S", help="Override a param, as `dvc exp run -S`: train.steps=4 (repeatable)."
+    ),
+]
+Preset = Annotated[
+    str | None,
+    typer.Option(
+        "--preset",
+        help="A params overlay per hardware class, applied on top of the params file and "
+        "under -S: cpu-tiny, cpu-smollm2, gpu-1x-1b, gpu-8x-7b (configs/presets/), or a "
+        "YAML path.",
     ),
 ]
 
@@ -143,25 +153,42 @@ def _run(call: Any, hint: str) -> Any:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         typer.secho(f"error: {first}", fg=typer.colors.RED, err=True)
         if isinstance(exc, ConfigError):
-            hint = "fix that key in the params file or the -S override"
+            hint = "fix that key in the params file, the --preset or the -S override"
         typer.echo(f"hint: {hint} (--debug shows the traceback)", err=True)
         raise typer.Exit(1) from None
 
 
-def _overrides(items: list[str] | None) -> dict[str, Any]:
-    return dict(parse_override(item) for item in items or [])
+def _overrides(
+    items: list[str] | None, preset: str | None = None, tasks: Path | None = None
+) -> dict[str, Any]:
+    """The ``-S`` overrides on top of ``--tasks``' and ``preset``'s, as the flows'
+    dotted ``overrides``."""
+    own = own_tasks_overrides(str(tasks)) if tasks is not None else {}
+    return with_preset(preset, {**own, **dict(parse_override(item) for item in items or [])})
 
 
 @app.command()
 def run(
-    params: ParamsFile = Path("params.yaml"), set_: Overrides = None, overwrite: Overwrite = False
+    params: ParamsFile = Path("params.yaml"),
+    set_: Overrides = None,
+    overwrite: Overwrite = False,
+    preset: Preset = None,
+    tasks: Annotated[
+        Path | None,
+        typer.Option(
+            help="Train and evaluate on your own file of tool-calling data (any format of "
+            "`slca data import`) instead of the built-in tasks; -S overrides still win.",
+        ),
+    ] = None,
 ) -> None:
     """The whole pipeline: data, simulator check, SFT, a GRPO and an SLCA run, their
     evaluation and the comparison report."""
     from slca_pipeline.flows.pipeline import pipeline
 
     runs = _run(
-        lambda: pipeline(params_file=params, overrides=_overrides(set_), overwrite=overwrite),
+        lambda: pipeline(
+            params_file=params, overrides=_overrides(set_, preset, tasks), overwrite=overwrite
+        ),
         "check the params file and `make data` / `make test` output",
     )
     report = Path(runs.pop("report"))
@@ -172,14 +199,28 @@ def run(
     typer.echo(f"open the MLflow UI: {Path(sys.executable).parent / 'slca'} ui")
 
 
-@app.command()
-def data(params: ParamsFile = Path("params.yaml"), set_: Overrides = None) -> None:
+data_app = typer.Typer(
+    invoke_without_command=True,
+    help="prepare + validate the task data (with no subcommand); `import` brings in a file.",
+)
+app.add_typer(data_app, name="data")
+
+
+@data_app.callback()
+def data(
+    ctx: typer.Context,
+    params: ParamsFile = Path("params.yaml"),
+    set_: Overrides = None,
+    preset: Preset = None,
+) -> None:
     """prepare + validate the task data."""
+    if ctx.invoked_subcommand is not None:
+        return
     from slca_pipeline.flows.data import data as data_flow
     from slca_pipeline.flows.params import read_document, section
 
     def go() -> Any:  # settings are checked before any flow run starts
-        overrides = _overrides(set_)
+        overrides = _overrides(set_, preset)
         document = read_document(params, overrides)
         section(document, "prepare", PrepareParams, params)
         section(document, "validate", ValidateParams, params)
@@ -189,12 +230,45 @@ def data(params: ParamsFile = Path("params.yaml"), set_: Overrides = None) -> No
     typer.echo(f"task data ready: {summary}")
 
 
+@data_app.command(name="import")
+def import_(
+    path: Annotated[Path, typer.Argument(help="JSONL, JSON, parquet or a datasets directory.")],
+    out: Annotated[
+        Path,
+        typer.Option(
+            help="Directory for tasks.parquet, report.json and rejects.jsonl (replaced as a whole)."
+        ),
+    ],
+    format_: Annotated[
+        str,
+        typer.Option("--format", help="auto, openai, toucan, verl, xlam or sharegpt."),
+    ] = "auto",
+    name: Annotated[
+        str | None, typer.Option(help="The tasks' source name (default: the file's stem).")
+    ] = None,
+    split: Annotated[str, typer.Option(help="train or eval (evaluation-only).")] = "train",
+) -> None:
+    """Import a file of tool-calling data into task records: every row imported or
+    rejected with its reason (docs/data.md)."""
+    from slca.data.importers import import_to_dir
+
+    def go() -> Any:
+        if split not in ("train", "eval"):
+            raise ValueError(f"--split {split!r}: expected train or eval")
+        return import_to_dir(path, format_, out, source=name, split=split)
+
+    result = _run(go, "docs/data.md lists the formats and what each needs")
+    typer.echo(result.summary())
+    typer.echo(f"wrote {out}/tasks.parquet, report.json, rejects.jsonl")
+
+
 @app.command()
 def train(
     params: ParamsFile = Path("params.yaml"),
     set_: Overrides = None,
     estimator: Annotated[str | None, typer.Option(help="grpo, dr_grpo, slca, toolpo, rltr")] = None,
     overwrite: Overwrite = False,
+    preset: Preset = None,
 ) -> None:
     """One RL run from the SFT checkpoint (resumes an interrupted run with the same settings)."""
     from slca_pipeline.flows.params import read_document
@@ -202,7 +276,7 @@ def train(
     from slca_pipeline.flows.train import train_config
 
     def go() -> str:  # settings are checked before any flow run starts
-        overrides = _overrides(set_)
+        overrides = _overrides(set_, preset)
         train_config(read_document(params, overrides), params, estimator)
         return train_flow(
             params_file=params, overrides=overrides, estimator=estimator, overwrite=overwrite
@@ -220,6 +294,7 @@ def eval_(
         list[str] | None,
         typer.Option(help="NAME=DIR of a model to evaluate (repeatable); default: sft=models/sft"),
     ] = None,
+    preset: Preset = None,
 ) -> None:
     """Evaluate models on the held-out sets (in-domain, BFCL, τ²), then write the report."""
     from slca_pipeline.flows.evaluate import evaluate, evaluate_params
@@ -232,10 +307,11 @@ def eval_(
             if not sep or not name or not directory:
                 raise ValueError(f"--model {item!r}: expected NAME=DIR (e.g. sft=models/sft)")
             models[name] = Path(directory)
-        document = read_document(params, _overrides(set_))
+        overrides = _overrides(set_, preset)
+        document = read_document(params, overrides)
         for name, directory in models.items():
             evaluate_params(document, params, directory, name)
-        return evaluate(models=models, params_file=params, overrides=_overrides(set_))
+        return evaluate(models=models, params_file=params, overrides=overrides)
 
     path = _run(go, "train a model first: `slca run` or `dvc repro sft`")
     typer.echo(f"report: {path}")

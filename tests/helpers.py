@@ -97,6 +97,7 @@ def tiny_params(root: Path) -> dict:
             "out_dir": str(root / "models/base"),
             "vocab_size": 400,
             "hidden_size": 32,
+            "num_hidden_layers": 2,
             "intermediate_size": 64,
         },
         "sft": {
@@ -106,6 +107,9 @@ def tiny_params(root: Path) -> dict:
             "epochs": 2,
             "max_tasks": 8,
             "micro_batch_size": 4,
+            # the tiny pipeline's tests were written for these (not params.yaml's 0.3, 2e-3)
+            "poor_summary_frac": 0.0,
+            "engine": {"optim": {"lr": 1e-3}},
         },
         "train": {
             "steps": 2,
@@ -126,6 +130,7 @@ def tiny_params(root: Path) -> dict:
                 "max_total_tokens": 4096,
             },
             "update": {"micro_batch_size": 4},
+            "engine": {"optim": {"lr": 1e-5}},  # as the tiny pipeline's tests were written
         },
         "evaluate": {
             "model_dir": str(root / "models/sft"),

@@ -58,3 +58,45 @@ def test_bad_settings_fail_in_one_line_before_any_work(runner, args, message):
 def test_debug_shows_the_exception(runner):
     result = runner.invoke(app, ["--debug", "train", "-S", "train.steps=0"])
     assert result.exit_code != 0 and isinstance(result.exception, ConfigError)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["train", "--preset", "gpu-9x-900b"], "unknown preset 'gpu-9x-900b'; known: cpu-smollm2"),
+        (["data", "--preset", "gpu-9x-900b"], "unknown preset 'gpu-9x-900b'"),
+        (
+            ["train", "--preset", "gpu-8x-7b", "-S", "train.engine.engine=torch"],
+            "train.engine: zero_stage applies to engine 'deepspeed' only",
+        ),
+        (
+            ["eval", "--model", "x=.", "--preset", "gpu-1x-1b", "-S", "evaluate.max_turns=0"],
+            "evaluate.max_turns",
+        ),
+    ],
+)
+def test_a_bad_preset_or_combination_fails_in_one_line_before_any_work(runner, args, message):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1
+    error = [line for line in result.output.splitlines() if line.startswith("error: ")]
+    assert len(error) == 1 and message in error[0], result.output
+    assert "Traceback" not in result.output and "hint:" in result.output
+
+
+def test_a_preset_reaches_the_flow_under_the_overrides(runner, monkeypatch):
+    import slca_pipeline.flows.train as train_flows
+
+    seen = {}
+
+    def fake_flow(**kwargs):
+        seen.update(kwargs)
+        return "run-1"
+
+    monkeypatch.setattr(train_flows, "train", fake_flow)
+    args = ["train", "--preset", "gpu-1x-1b", "-S", "train.engine.optim.lr=0.000003"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    overrides = seen["overrides"]
+    assert overrides["train.engine.optim.lr"] == 3e-6  # -S wins
+    assert overrides["train.rollout.engine"] == "vllm"  # the preset's
+    assert list(overrides)[-1] == "train.engine.optim.lr"  # applied last

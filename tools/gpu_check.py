@@ -302,6 +302,7 @@ class Check:
                 out_dir=str(out),
                 vocab_size=400,
                 hidden_size=32,
+                num_hidden_layers=2,
                 intermediate_size=64,
             )
             build_base_model(params)
@@ -336,7 +337,6 @@ class Check:
     # -- training and evaluation
 
     def sft(self) -> dict[str, Any]:
-        from slca.config.engine import EngineConfig
         from slca.config.steps import SFTParams
         from slca.training.stages import run_sft
 
@@ -350,9 +350,7 @@ class Check:
             max_tasks=8 if smoke else 512,
             micro_batch_size=4 if smoke else 8,
             poor_summary_frac=0.3,
-            engine=EngineConfig(
-                optim={"lr": 2e-3 if smoke else 1e-4, "warmup_steps": 0 if smoke else 5}
-            ),
+            engine={"optim": {"lr": 2e-3 if smoke else 1e-4, "warmup_steps": 0 if smoke else 5}},
         )
         started = time.perf_counter()
         figures = run_sft(params)

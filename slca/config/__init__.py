@@ -4,6 +4,8 @@ Every section model derives from :class:`~slca.config.base.StrictModel` (unknown
 refused, frozen, every field documented where it is defined) and is read by
 :func:`~slca.config.loader.load_section` (the file, then ``-S key=value`` overrides,
 then validation; an error is one line naming the file, the key and the constraint).
+A preset (``configs/presets/<name>.yaml``, ``--preset`` in every entry point) is a
+params overlay applied before the ``-S`` overrides (:func:`~slca.config.loader.with_preset`).
 One module per section:
 
 - ``data``: ``prepare`` and ``validate`` (torch-free, as the data stages are);
@@ -30,6 +32,7 @@ from slca.config.loader import (
     parse_override,
     parse_section,
     read_params,
+    with_preset,
 )
 
 __all__ = [
@@ -43,4 +46,5 @@ __all__ = [
     "parse_override",
     "parse_section",
     "read_params",
+    "with_preset",
 ]

@@ -33,7 +33,7 @@ SYNTH_DOMAINS = ("weather", "currency", "flights", "shop")
 class SynthParams(StrictModel):
     """The controlled generator (``slca.data.synth``)."""
 
-    n_tasks: int = Field(400, gt=0, description="How many tasks to generate.")
+    n_tasks: int = Field(2000, gt=0, description="How many tasks to generate.")
     domains: list[str] = Field(
         default_factory=lambda: ["weather", "currency", "flights", "shop"],
         min_length=1,
@@ -110,24 +110,78 @@ class Tau2Params(StrictModel):
     )
 
 
+ImportFormat = Literal["auto", "openai", "toucan", "verl", "xlam", "sharegpt"]
+"""Users' tool-calling data formats (``slca.data.importers``); ``auto`` detects one."""
+
+
+class ImportSpec(StrictModel):
+    """One file (or ``datasets`` directory) of the user's own tasks, imported by
+    ``prepare`` beside the built-in sources (``slca data import`` does the same alone)."""
+
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+        description="The tasks' source name (their ``source`` and id prefix); unique.",
+    )
+    path: str = Field(
+        min_length=1,
+        description="JSONL, JSON, parquet, or a datasets.save_to_disk directory. A DVC "
+        "dependency of prepare: keep it under data/raw/ (dvc.yaml lists that directory).",
+    )
+    format: ImportFormat = Field("auto", description="The file's format; auto detects it.")
+    split: Literal["auto", "train", "eval"] = Field(
+        "auto",
+        description="auto: train/val/test by the seeded near-duplicate split, like the "
+        "built-in sources; train: all for training; eval: an evaluation-only set.",
+    )
+
+
 class PrepareParams(StrictModel):
     """The ``prepare`` stage: import, split, write parquet + manifest."""
 
     seed: int = Field(13, description="Seeds the generator and the split assignment.")
     sources: list[SourceName] = Field(
         default_factory=lambda: ["synth", "nestful", "bfcl", "tau2"],
-        min_length=1,
-        description="Sources to import.",
+        description="Built-in sources to import (may be empty when ``imports`` is not).",
     )
     out_dir: str = Field("data/tasks", description="Where parquet files and manifest go.")
     skip_invalid: bool = Field(
-        False, description="Quarantine malformed records into rejects.jsonl instead of stopping."
+        True, description="Quarantine malformed records into rejects.jsonl instead of stopping."
+    )
+    imports: list[ImportSpec] = Field(
+        default_factory=list,
+        description="The user's own task files, imported beside ``sources``; each row is "
+        "imported or rejected with its reason (rejects.jsonl).",
+    )
+    max_reject_frac: float = Field(
+        0.05,
+        ge=0,
+        le=1,
+        description="Fail prepare when an import rejects more than this share of its rows "
+        "(the error names the file and the top reasons).",
     )
     synth: SynthParams = Field(default_factory=SynthParams)
     splits: SplitParams = Field(default_factory=SplitParams)
     nestful: NestfulParams = Field(default_factory=NestfulParams)
     bfcl: BfclParams = Field(default_factory=BfclParams)
     tau2: Tau2Params = Field(default_factory=Tau2Params)
+
+    @field_validator("imports")
+    @classmethod
+    def _unique_import_names(cls, v: list[ImportSpec]) -> list[ImportSpec]:
+        names = [spec.name for spec in v]
+        builtin = set(SourceName.__args__)
+        for name in names:
+            if names.count(name) > 1:
+                raise ValueError(f"import name {name!r} is given twice")
+            if name in builtin:
+                raise ValueError(f"import name {name!r} is a built-in source's name")
+        return v
+
+    @model_validator(mode="after")
+    def _some_data(self) -> PrepareParams:
+        if not self.sources and not self.imports:
+            raise ValueError("sources and imports are both empty: nothing to prepare")
+        return self
 
 
 class ValidateParams(StrictModel):
@@ -148,3 +202,18 @@ class ValidateParams(StrictModel):
         if any(n < 0 for n in v.values()):
             raise ValueError("row counts must be >= 0")
         return v
+
+
+def own_tasks_overrides(path: str, name: str | None = None) -> dict[str, object]:
+    """The dotted overrides that train and evaluate on one file of the user's own tasks
+    (``slca run --tasks PATH``): imported by ``prepare`` with the seeded split, and the
+    only source SFT, RL and in-domain evaluation draw from."""
+    from pathlib import Path
+
+    name = name or Path(path).name.split(".")[0]
+    return {
+        "prepare.imports": [{"name": name, "path": str(path), "format": "auto", "split": "auto"}],
+        "sft.sources": [name],
+        "train.sources": [name],
+        "evaluate.in_domain.sources": [name],
+    }

@@ -146,6 +146,39 @@ class EngineConfig(StrictModel):
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
 
 
+# Each stage's engine has its own learning-rate default, params.yaml's: as a field
+# default of its own optimizer class (not a default_factory of the section), so that an
+# ``engine`` or ``optim`` mapping that omits ``lr`` still gets the stage's rate.
+
+
+class SFTOptimConfig(OptimConfig):
+    """``sft.engine.optim``: :class:`OptimConfig` with SFT's learning rate."""
+
+    lr: float = Field(2e-3, gt=0)
+    """Peak learning rate (reached at the end of warm-up)."""
+
+
+class SFTEngineConfig(EngineConfig):
+    """``sft.engine``: :class:`EngineConfig` with SFT's optimizer defaults."""
+
+    optim: SFTOptimConfig = Field(default_factory=SFTOptimConfig)
+    """Optimizer and learning-rate schedule."""
+
+
+class TrainOptimConfig(OptimConfig):
+    """``train.engine.optim``: :class:`OptimConfig` with RL's learning rate."""
+
+    lr: float = Field(1e-4, gt=0)
+    """Peak learning rate (reached at the end of warm-up)."""
+
+
+class TrainEngineConfig(EngineConfig):
+    """``train.engine``: :class:`EngineConfig` with RL's optimizer defaults."""
+
+    optim: TrainOptimConfig = Field(default_factory=TrainOptimConfig)
+    """Optimizer and learning-rate schedule."""
+
+
 def check_device_setting(device: str | None) -> str | None:
     """A ``device`` setting's value, checked: null, or a cpu/cuda torch device string.
     Whether that device exists is checked when it is used."""

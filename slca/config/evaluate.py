@@ -20,9 +20,10 @@ BFCL_SETS = (*CATEGORIES, *MULTI_TURN)
 class InDomainSet(StrictModel):
     split: str = "test"
     """The held-out split (never trained on)."""
-    sources: list[str] | None = None
-    """Only tasks of these sources (e.g. ``[synth]``); null keeps every source."""
-    max_tasks: int | None = Field(200, ge=1)
+    sources: list[str] | None = Field(default_factory=lambda: ["synth"])
+    """Only tasks of these sources; null keeps every source. The default, ``[synth]``,
+    is what the tiny default trains on (``sft.sources``, ``train.sources``)."""
+    max_tasks: int | None = Field(100, ge=1)
     """A seeded subset of this many tasks; null evaluates the whole split."""
 
 

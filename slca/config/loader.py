@@ -10,6 +10,10 @@ What it refuses, each as one line naming the file, the key and the constraint
 - a boolean where a number belongs (pydantic's lax mode reads ``true`` as 1);
 - a non-finite float (``.inf``, ``.nan``, or ``"inf"`` read as a float);
 - anything the section's model refuses.
+
+A preset (``--preset NAME``: ``configs/presets/NAME.yaml`` or a YAML path) is a params
+overlay: :func:`with_preset` turns it into dotted overrides applied before the ``-S``
+ones, so the flows, which re-read the params file, get it with the overrides.
 """
 
 from __future__ import annotations
@@ -35,6 +39,10 @@ SECTIONS = (
     "evaluate",
 )
 """The params.yaml sections the stages, flows and the ``slca`` command read."""
+
+PRESETS_DIR = Path(__file__).resolve().parents[2] / "configs" / "presets"
+"""The presets kept in the repository (``<name>.yaml``): params overlays per hardware
+class, applied on top of params.yaml and under ``-S`` (:func:`preset_overrides`)."""
 
 Model = TypeVar("Model", bound=BaseModel)
 
@@ -105,6 +113,69 @@ def read_params(
                 raise ConfigError(f"{path}: override {key!r}: {part!r} is not a mapping")
         node[leaf] = value
     return document
+
+
+def preset_names() -> list[str]:
+    """The presets in :data:`PRESETS_DIR`, by name."""
+    return sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
+
+
+def preset_path(preset: str | Path) -> Path:
+    """A preset's file: ``<name>`` in :data:`PRESETS_DIR`, or a path to a YAML file."""
+    given = Path(preset)
+    if given.suffix in (".yaml", ".yml") or len(given.parts) > 1:
+        if given.is_file():
+            return given
+        raise ConfigError(f"preset {str(preset)!r}: no such file")
+    path = PRESETS_DIR / f"{preset}.yaml"
+    if not path.is_file():
+        raise ConfigError(
+            f"unknown preset {str(preset)!r}; known: {', '.join(preset_names()) or 'none'} "
+            f"({PRESETS_DIR}), or a path to a YAML file"
+        )
+    return path
+
+
+def preset_overrides(preset: str | Path, sections: tuple[str, ...] = SECTIONS) -> dict[str, Any]:
+    """A preset (see :func:`preset_path`) as dotted overrides, one per leaf: applied
+    before ``-S``, they deep-merge the preset into the params file (mappings merge, any
+    other value, lists included, replaces)."""
+    path = preset_path(preset)
+    try:
+        document = load_yaml(path.read_text()) or {}
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise _yaml_error(path, exc) from None
+    if not isinstance(document, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections")
+    out: dict[str, Any] = {}
+
+    def flatten(node: Mapping[str, Any], prefix: str) -> None:
+        for key, value in node.items():
+            if isinstance(value, dict) and value:
+                flatten(value, f"{prefix}{key}.")
+            else:
+                out[f"{prefix}{key}"] = copy.deepcopy(value)
+
+    for name, values in document.items():
+        if name not in sections:
+            raise ConfigError(f"{path}: unknown section {name!r}; known: {', '.join(sections)}")
+        if not isinstance(values, dict):
+            raise ConfigError(f"{path}: section {name!r}: expected a mapping")
+        flatten(values, f"{name}.")
+    return out
+
+
+def with_preset(preset: str | Path | None, overrides: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``overrides`` (``-S``) on top of ``preset``'s (none: ``overrides`` alone), as one
+    dict of dotted overrides for :func:`read_params`: the preset's keys first, then the
+    ``-S`` keys, so an ``-S`` key wins over the preset, at the same key or above it."""
+    given = dict(overrides or {})
+    if preset is None or str(preset) == "":
+        return given
+    merged = {k: v for k, v in preset_overrides(preset).items() if k not in given}
+    return {**merged, **given}
 
 
 def parse_section(
@@ -185,7 +256,15 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 
 def add_override_option(parser: argparse.ArgumentParser, example: str) -> None:
-    """The stage CLIs' repeatable ``-S/--set KEY=VALUE`` (read with :func:`overrides_of`)."""
+    """The stage CLIs' repeatable ``-S/--set KEY=VALUE`` and ``--preset NAME`` (read
+    together with :func:`overrides_of`)."""
+    parser.add_argument(
+        "--preset",
+        default=None,
+        metavar="NAME",
+        help=f"apply a preset ({PRESETS_DIR}/<NAME>.yaml, or a YAML path) on top of the "
+        "params file, under -S",
+    )
     parser.add_argument(
         "-S",
         "--set",
@@ -197,13 +276,16 @@ def add_override_option(parser: argparse.ArgumentParser, example: str) -> None:
 
 
 def overrides_of(args: argparse.Namespace) -> dict[str, Any]:
-    """The ``-S`` overrides of parsed arguments, by dotted key."""
-    return dict(parse_override(text) for text in args.set)
+    """The ``-S`` overrides of parsed arguments, by dotted key, on top of their
+    ``--preset``'s (see :func:`with_preset`)."""
+    overrides = dict(parse_override(text) for text in args.set)
+    return with_preset(getattr(args, "preset", None), overrides)
 
 
 def stage_parser(prog: str, example: str, **kwargs: Any) -> argparse.ArgumentParser:
-    """A stage CLI's parser: ``--params`` and the repeatable ``-S`` (read the section with
-    :func:`load_stage_section`); ``kwargs`` go to :class:`argparse.ArgumentParser`."""
+    """A stage CLI's parser: ``--params``, ``--preset`` and the repeatable ``-S`` (read
+    the section with :func:`load_stage_section`); ``kwargs`` go to
+    :class:`argparse.ArgumentParser`."""
     parser = argparse.ArgumentParser(prog=prog, **kwargs)
     parser.add_argument("--params", default="params.yaml", help="params file (default %(default)s)")
     add_override_option(parser, example)

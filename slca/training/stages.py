@@ -9,6 +9,7 @@ renamed, so a failed step leaves the previous output intact.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
@@ -41,8 +42,8 @@ def _texts_for_tokenizer(tasks: list[Any]) -> list[str]:
 
 def build_base_model(params: BaseModelParams) -> Path:
     """Write the base checkpoint (model + tokenizer) to ``params.out_dir``."""
-    from slca.modeling import load_causal_lm
-    from slca.rollout.chat import ensure_tool_template
+    from slca.modeling import load_causal_lm, load_tokenizer
+    from slca.rollout.chat import choose_template
 
     out = Path(params.out_dir)
     if params.kind == "path" and not params.path:
@@ -50,11 +51,14 @@ def build_base_model(params: BaseModelParams) -> Path:
     with io.atomic_dir(out) as tmp:
         if params.kind in ("smollm2", "path"):
             # SmolLM2's own chat template drops tools=: the policy would never see the
-            # tool schemas (the Hermes template replaces any such template)
-            model, tokenizer = load_causal_lm(
-                "smollm2" if params.kind == "smollm2" else params.path
-            )
-            ensure_tool_template(tokenizer)
+            # tool schemas; base_model.chat_template says what replaces a failing one
+            source = "smollm2" if params.kind == "smollm2" else params.path
+            checked = load_tokenizer(source)  # the template is checked before the weights load
+            note = choose_template(checked, params.chat_template, str(source))
+            if note:
+                logging.getLogger(__name__).warning(note)
+            model, tokenizer = load_causal_lm(source)
+            tokenizer.chat_template = checked.chat_template
         else:
             from slca.training.tiny import pretrain_copying, tiny_model, train_tokenizer
 
@@ -166,6 +170,11 @@ def run_sft(params: SFTParams, progress: Any = None) -> dict[str, float]:
         tasks = [t for t in tasks if t.source in params.sources]
         if not tasks:
             raise ValueError(f"sft: no train task from sft.sources={params.sources}")
+    # a gold call whose arguments the data does not give (the authors' verl rows) has no
+    # trajectory to imitate: written with empty arguments it would teach failing calls.
+    # RL and evaluation still use these tasks (their rewards skip the arguments).
+    unknown = sum(not _arguments_known(t) for t in tasks)
+    tasks = [t for t in tasks if _arguments_known(t)]
     for task in tasks:
         summary = summary_for(task, params.poor_summary_frac, params.seed)
         example = build_example(task, tokenizer, simulator, summary)
@@ -177,7 +186,8 @@ def run_sft(params: SFTParams, progress: Any = None) -> dict[str, float]:
         if params.max_tasks is not None and len(examples) == params.max_tasks:
             break
     if not examples:
-        raise ValueError(f"sft: no train task fits sft.max_tokens={params.max_tokens}")
+        why = f" ({unknown} have gold calls without arguments)" if unknown else ""
+        raise ValueError(f"sft: no train task fits sft.max_tokens={params.max_tokens}{why}")
     engine = build_engine(model, params.engine)
     losses = sft(
         engine,
@@ -197,7 +207,12 @@ def run_sft(params: SFTParams, progress: Any = None) -> dict[str, float]:
         "sft/tokens": float(params.epochs * sum(len(e.token_ids) for e in examples)),
         "sft/too_long": float(too_long),
         "sft/poor_summaries": float(poor),
+        "sft/unknown_arguments": float(unknown),
     }
+
+
+def _arguments_known(task: Any) -> bool:
+    return all(call.arguments_known for step in task.gold for call in step)
 
 
 def progress_bar(desc: str, total: int | None = None) -> Any:

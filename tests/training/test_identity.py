@@ -108,7 +108,7 @@ def test_the_fingerprint_ignores_what_a_resume_may_change_and_nothing_else():
         TrainConfig(estimator="grpo"),
         TrainConfig(seed=1),
         TrainConfig(init_dir="models/other"),
-        TrainConfig(engine={"optim": {"lr": 1e-4}}),
+        TrainConfig(engine={"optim": {"lr": 1e-3}}),  # the default is 1e-4
         TrainConfig(rollout={"temperature": 0.7}),
     ):
         assert config_fingerprint(other) != config_fingerprint(base)
