@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from slca.config.data import PrepareParams
 from slca.config.loader import load_stage_section, stage_parser
-from slca.data import io, splits, synth
+from slca.data import importers, io, splits, synth
 from slca.data.checks import record_problems
 from slca.data.record import SPLITS, TaskRecord
 from slca.data.sources import FieldError, MissingSource, SourceItem
@@ -136,12 +136,58 @@ def _versions(sources: list[str]) -> dict[str, str]:
     return out
 
 
+def collect_imports(
+    p: PrepareParams,
+) -> tuple[dict[str, list[TaskRecord]], list[dict[str, str]], dict[str, dict[str, Any]]]:
+    """The user's imported tasks by split policy (auto, train, eval), their reject lines
+    and each import's report; an import that rejects more than ``max_reject_frac`` of
+    its rows stops the step, naming the file and the top reasons."""
+    by_policy: dict[str, list[TaskRecord]] = {"auto": [], "train": [], "eval": []}
+    rejects: list[dict[str, str]] = []
+    reports: dict[str, dict[str, Any]] = {}
+    for spec in p.imports:
+        records, lines, result = importers.import_path(
+            spec.path, spec.format, spec.name, "eval" if spec.split == "eval" else "train"
+        )
+        if result.rows and result.rejected / result.rows > p.max_reject_frac:
+            raise PrepareError(
+                spec.name,
+                spec.path,
+                "<rows>",
+                f"{result.rejected} of {result.rows} rows rejected "
+                f"({result.rejected / result.rows:.1%} > prepare.max_reject_frac "
+                f"{p.max_reject_frac}): {result.top_reasons()}; each row's reason: "
+                f"slca data import {spec.path} --out DIR, then DIR/rejects.jsonl",
+            )
+        by_policy[spec.split].extend(records)
+        rejects += [
+            {
+                "source": spec.name,
+                "record": f"{spec.path} row {line['row']}",
+                "field": line["field"],
+                "reason": f"{line['reason']}: {line['message']}",
+            }
+            for line in lines
+        ]
+        # no timing: the manifest is part of the data, byte-identical on a rerun
+        reports[spec.name] = {k: v for k, v in result.report().items() if k != "seconds"}
+    return by_policy, rejects, reports
+
+
 def prepare(p: PrepareParams, roots: dict[str, Path] | None = None) -> dict[str, Any]:
     """Run the whole step; returns the manifest (also written to ``out_dir``)."""
     records, rejects = collect(p, roots)
-    in_domain = [r for r in records if not r.eval_only]
-    evals = [r for r in records if r.eval_only]
-    final, dropped = splits.assign_splits(in_domain, evals, p.seed, p.splits)
+    imported, import_rejects, import_reports = collect_imports(p)
+    rejects += import_rejects
+    seen = {r.id for r in records}
+    clash = next((r.id for rs in imported.values() for r in rs if r.id in seen), None)
+    if clash is not None:
+        raise PrepareError("imports", clash, "id", f"duplicate id {clash!r} across sources")
+    in_domain = [r for r in records if not r.eval_only] + imported["auto"]
+    evals = [r for r in records if r.eval_only] + imported["eval"]
+    final, dropped = splits.assign_splits(
+        in_domain, evals, p.seed, p.splits, train_only=imported["train"]
+    )
     for r, why in dropped:
         rejects.append({"source": r.source, "record": r.id, "field": "messages", "reason": why})
     by_split: dict[str, list[TaskRecord]] = {s: [] for s in SPLITS}
@@ -160,6 +206,7 @@ def prepare(p: PrepareParams, roots: dict[str, Path] | None = None) -> dict[str,
         "counts": {k: counts[k] for k in sorted(counts)},
         "totals": {s: len(rs) for s, rs in by_split.items()},
         "rejected": rejected,
+        "imports": import_reports,
         "content_sha256": {s: io.content_hash(rs) for s, rs in by_split.items()},
         "files": {},
     }
@@ -184,17 +231,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--skip-invalid",
-        action="store_true",
-        help="quarantine malformed records into rejects.jsonl instead of stopping",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="quarantine malformed records into rejects.jsonl (prepare.skip_invalid, on "
+        "by default), or stop at the first one (--no-skip-invalid)",
     )
     args = ap.parse_args(argv)
     try:
         p = load_stage_section(args, "prepare", PrepareParams)
-        if args.skip_invalid:
-            p = p.model_copy(update={"skip_invalid": True})
+        if args.skip_invalid is not None:
+            p = p.model_copy(update={"skip_invalid": args.skip_invalid})
         m = prepare(p)
     except (ValueError, MissingSource, FileNotFoundError) as e:
-        print(f"prepare failed: {e}", file=sys.stderr)
+        print(f"prepare failed: {str(e).splitlines()[0]}", file=sys.stderr)
         return 1
     print(json.dumps({"totals": m["totals"], "rejected": m["rejected"]}))
     return 0
