@@ -52,11 +52,11 @@ def test_a_source_filter_that_keeps_no_task_is_an_error_naming_the_param(workspa
 def test_sft_counts_the_poor_summaries_it_trains_on(workspace, tmp_path):
     root, _ = workspace
     params = {**tiny_params(root)["sft"], "out_dir": str(tmp_path / "sft"), "epochs": 1}
-    figures = run_sft(SFTParams(**params, sources=["synth"], poor_summary_frac=1.0))
+    figures = run_sft(SFTParams(**{**params, "sources": ["synth"], "poor_summary_frac": 1.0}))
     assert 0 < figures["sft/poor_summaries"] <= figures["sft/examples"]
-    assert run_sft(SFTParams(**params))["sft/poor_summaries"] == 0
+    assert run_sft(SFTParams(**{**params, "poor_summary_frac": 0.0}))["sft/poor_summaries"] == 0
     with pytest.raises(ValueError, match="poor_summary_frac"):
-        SFTParams(**params, poor_summary_frac=1.5)
+        SFTParams(**{**params, "poor_summary_frac": 1.5})
 
 
 def test_tasks_whose_prompt_cannot_fit_a_turn_are_left_out(workspace):
