@@ -3,8 +3,9 @@
 Each gold call of each task of the split is sent to the simulator (in order, one
 scope per task, the task's world state as context). NESTFUL-style references in
 arguments (``$var1.id$``) are resolved from the responses of earlier steps; a call
-whose reference cannot be resolved (the referenced response lacks the field) is
-recorded but not simulated. The responses form a table validated by a Great
+whose reference cannot be resolved (the referenced response lacks the field), or
+whose arguments the data does not give (``arguments_known`` false), is recorded but
+not simulated. The responses form a table validated by a Great
 Expectations suite:
 
 - every simulated response is non-empty;
@@ -77,7 +78,10 @@ def simulate_gold_calls(records: Iterable[TaskRecord], simulator: Simulator) -> 
         results: dict[str, Any] = {}
         for i, step in enumerate(record.gold):
             for j, call in enumerate(step):
-                arguments = resolve_references(call.arguments, results)
+                # a call the data names without its arguments cannot be asked
+                arguments = (
+                    resolve_references(call.arguments, results) if call.arguments_known else None
+                )
                 response = None
                 if arguments is not None:
                     response = simulator.execute(

@@ -104,3 +104,17 @@ def test_a_check_of_another_backend_than_training_uses_is_refused_at_load(tmp_pa
     params.write_text("train:\n  simulator:\n    backend: remote\n")
     with pytest.raises(ValueError, match="train.simulator.backend"):
         load_params(params)
+
+
+def test_a_gold_call_without_known_arguments_is_listed_not_simulated(tmp_path):
+    from slca.data.record import Call
+
+    record = generate(SynthParams(n_tasks=10, mix={"single": 1.0}), seed=2)[0]
+    name = record.gold[0][0].name
+    unknown = record.model_copy(
+        update={"gold": [[Call(name=name, arguments={}, arguments_known=False)]]}
+    )
+    table = simulate_gold_calls([unknown], Simulator(seed=1))
+    assert list(table["simulated"]) == [False] and table["error_code"].isna().all()
+    ok, failures, _ = ge.run_suite(table, build_suite(0.0), name=SUITE, report_dir=tmp_path / "r")
+    assert ok and failures == []
