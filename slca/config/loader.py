@@ -78,6 +78,22 @@ def _yaml_error(path: Path, exc: yaml.YAMLError) -> ConfigError:
     return ConfigError(f"{path}: cannot read YAML: {where}{problem}")
 
 
+def _sections(path: Path, sections: tuple[str, ...]) -> dict[str, Any]:
+    """The YAML mapping at ``path``, each of its keys one of ``sections``."""
+    try:
+        document = load_yaml(path.read_text()) or {}
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise _yaml_error(path, exc) from None
+    if not isinstance(document, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections")
+    for name in document:
+        if name not in sections:
+            raise ConfigError(f"{path}: unknown section {name!r}; known: {', '.join(sections)}")
+    return document
+
+
 def read_params(
     path: str | Path,
     overrides: Mapping[str, Any] | None = None,
@@ -87,19 +103,8 @@ def read_params(
     (``{"train.steps": 4}``, as DVC's ``-S train.steps=4``); every section, in the file
     and in the overrides, must be one of ``sections``."""
     path = Path(path)
-    try:
-        document = load_yaml(path.read_text()) or {}
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise _yaml_error(path, exc) from None
-    if not isinstance(document, dict):
-        raise ConfigError(f"{path}: expected a mapping of sections")
+    document = _sections(path, sections)
     known = ", ".join(sections)
-    for name in document:
-        if name not in sections:
-            raise ConfigError(f"{path}: unknown section {name!r}; known: {known}")
-    document = copy.deepcopy(document)
     for key, value in (overrides or {}).items():
         *parents, leaf = key.split(".")
         if key.split(".")[0] not in sections:
@@ -141,14 +146,7 @@ def preset_overrides(preset: str | Path, sections: tuple[str, ...] = SECTIONS) -
     before ``-S``, they deep-merge the preset into the params file (mappings merge, any
     other value, lists included, replaces)."""
     path = preset_path(preset)
-    try:
-        document = load_yaml(path.read_text()) or {}
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise _yaml_error(path, exc) from None
-    if not isinstance(document, dict):
-        raise ConfigError(f"{path}: expected a mapping of sections")
+    document = _sections(path, sections)
     out: dict[str, Any] = {}
 
     def flatten(node: Mapping[str, Any], prefix: str) -> None:
@@ -159,8 +157,6 @@ def preset_overrides(preset: str | Path, sections: tuple[str, ...] = SECTIONS) -
                 out[f"{prefix}{key}"] = copy.deepcopy(value)
 
     for name, values in document.items():
-        if name not in sections:
-            raise ConfigError(f"{path}: unknown section {name!r}; known: {', '.join(sections)}")
         if not isinstance(values, dict):
             raise ConfigError(f"{path}: section {name!r}: expected a mapping")
         flatten(values, f"{name}.")
