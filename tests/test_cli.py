@@ -1,5 +1,7 @@
 """The `slca` command: its commands, and one-line errors that name the key."""
 
+from pathlib import Path
+
 import pytest
 import typer
 from typer.testing import CliRunner
@@ -100,3 +102,38 @@ def test_a_preset_reaches_the_flow_under_the_overrides(runner, monkeypatch):
     assert overrides["train.engine.optim.lr"] == 3e-6  # -S wins
     assert overrides["train.rollout.engine"] == "vllm"  # the preset's
     assert list(overrides)[-1] == "train.engine.optim.lr"  # applied last
+
+
+def test_run_tasks_trains_and_evaluates_on_the_users_file_under_the_overrides(
+    runner, monkeypatch, tmp_path
+):
+    import slca_pipeline.flows.pipeline as pipeline_flows
+
+    seen = {}
+
+    def fake_pipeline(**kwargs):
+        seen.update(kwargs)
+        (tmp_path / "report.md").write_text("table")
+        return {"report": str(tmp_path / "report.md")}
+
+    monkeypatch.setattr(pipeline_flows, "pipeline", fake_pipeline)
+    args = ["run", "--tasks", "data/raw/mine.v2.jsonl", "-S", "train.sources=[mine, synth]"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    overrides = seen["overrides"]
+    assert overrides["prepare.imports"] == [
+        {"name": "mine", "path": "data/raw/mine.v2.jsonl", "format": "auto", "split": "auto"}
+    ]
+    assert overrides["sft.sources"] == overrides["evaluate.in_domain.sources"] == ["mine"]
+    assert overrides["train.sources"] == ["mine", "synth"]  # -S wins
+
+
+def test_data_import_prints_the_report_line_and_a_bad_path_in_one_line(runner, tmp_path):
+    fixture = Path(__file__).parent / "fixtures/imports/openai/tasks.jsonl"
+    result = runner.invoke(app, ["data", "import", str(fixture), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    assert f"{fixture}: openai: 17 rows, 5 imported (6 tasks), 12 rejected" in result.output
+    assert (tmp_path / "o" / "rejects.jsonl").exists()
+    missing = runner.invoke(app, ["data", "import", str(tmp_path / "x.jsonl"), "--out", "o"])
+    assert missing.exit_code == 1
+    assert f"error: {tmp_path / 'x.jsonl'}: no such file or directory" in missing.output
