@@ -204,13 +204,19 @@ class ValidateParams(StrictModel):
         return v
 
 
+def import_name(path: str) -> str:
+    """The source name a file's tasks get when none is given: its name up to the first
+    dot (``data/raw/mine.v2.jsonl`` -> ``mine``)."""
+    from pathlib import Path
+
+    return Path(path).name.split(".")[0] or "imported"
+
+
 def own_tasks_overrides(path: str, name: str | None = None) -> dict[str, object]:
     """The dotted overrides that train and evaluate on one file of the user's own tasks
     (``slca run --tasks PATH``): imported by ``prepare`` with the seeded split, and the
     only source SFT, RL and in-domain evaluation draw from."""
-    from pathlib import Path
-
-    name = name or Path(path).name.split(".")[0]
+    name = name or import_name(path)
     return {
         "prepare.imports": [{"name": name, "path": str(path), "format": "auto", "split": "auto"}],
         "sft.sources": [name],

@@ -75,18 +75,13 @@ def assign_splits(
         eval_keys.setdefault(request_key(r.conversation_text()), r.id)
     kept: list[TaskRecord] = []
     dropped: list[tuple[TaskRecord, str]] = []
-    for r in in_domain:
+    tagged = [(r, None) for r in in_domain] + [(r, "train") for r in train_only]
+    for r, fixed in tagged:
         key = request_key(r.conversation_text())
         if key in eval_keys:
             dropped.append((r, f"request is a near-duplicate of eval record {eval_keys[key]}"))
             continue
-        kept.append(r.model_copy(update={"split": split_for(key, seed, fractions)}))
-    for r in train_only:
-        key = request_key(r.conversation_text())
-        if key in eval_keys:
-            dropped.append((r, f"request is a near-duplicate of eval record {eval_keys[key]}"))
-            continue
-        kept.append(r.model_copy(update={"split": "train"}))
+        kept.append(r.model_copy(update={"split": fixed or split_for(key, seed, fractions)}))
     evals = [r.model_copy(update={"split": EVAL_SPLIT}) for r in eval_records]
     return kept + evals, dropped
 

@@ -133,24 +133,16 @@ def template_problems(tokenizer: Any, end_of_turn: str = END_OF_TURN) -> list[st
     return problems
 
 
-TEMPLATE_CHOICES = ("auto", "own", "hermes")
-"""``base_model.chat_template``: the checkpoint's own template if it passes
-:func:`template_problems`, else Hermes (``auto``); its own or an error (``own``);
-always Hermes (``hermes``)."""
-
-
 def choose_template(tokenizer: Any, choice: str, checkpoint: str) -> str | None:
-    """Give ``tokenizer`` the chat template ``choice`` asks for (see
-    :data:`TEMPLATE_CHOICES`); ``checkpoint`` names it in messages. Returns the one line
+    """Give ``tokenizer`` the chat template ``choice`` (``base_model.chat_template``)
+    asks for: the checkpoint's own if it passes :func:`template_problems`, else Hermes
+    (``auto``); its own or an error (``own``); always Hermes (``hermes``). ``checkpoint``
+    names it in messages. Returns the one line
     to log when ``auto`` replaced a failing template, else None; raises
     :class:`~slca.config.ConfigError` (one line) when ``own`` fails the check, or when
     the vocabulary cannot end a Hermes turn."""
     from slca.config import ConfigError
 
-    if choice not in TEMPLATE_CHOICES:
-        raise ConfigError(
-            f"base_model.chat_template: {choice!r}; known: {', '.join(TEMPLATE_CHOICES)}"
-        )
     problems = [] if choice == "hermes" else template_problems(tokenizer)
     if not problems and choice != "hermes":
         return None

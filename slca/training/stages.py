@@ -173,8 +173,8 @@ def run_sft(params: SFTParams, progress: Any = None) -> dict[str, float]:
     # a gold call whose arguments the data does not give (the authors' verl rows) has no
     # trajectory to imitate: written with empty arguments it would teach failing calls.
     # RL and evaluation still use these tasks (their rewards skip the arguments).
-    unknown = sum(not _arguments_known(t) for t in tasks)
-    tasks = [t for t in tasks if _arguments_known(t)]
+    known = [t for t in tasks if _arguments_known(t)]
+    unknown, tasks = len(tasks) - len(known), known
     for task in tasks:
         summary = summary_for(task, params.poor_summary_frac, params.seed)
         example = build_example(task, tokenizer, simulator, summary)

@@ -25,6 +25,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from slca.config.data import import_name
 from slca.data import io
 from slca.data.importers import openai, sharegpt, toucan, verl, xlam
 from slca.data.importers.conversation import REASONS, RowReject, conversation_tasks
@@ -126,7 +127,7 @@ def iter_import(
 
     def results() -> Iterator[tuple[Row, list[TaskRecord] | RowReject]]:
         start = time.perf_counter()
-        reasons: collections.Counter[str] = collections.Counter()
+        reasons = result.rejected_by_reason
         for row in rows:
             result.rows += 1
             try:
@@ -137,8 +138,7 @@ def iter_import(
                 tasks = conversation_tasks(module.conversation(row.data), source, str(row.number))
             except RowReject as reject:
                 result.rejected += 1
-                reasons[reject.reason] += 1
-                result.rejected_by_reason = dict(reasons)
+                reasons[reject.reason] = reasons.get(reject.reason, 0) + 1
                 yield row, reject
                 continue
             if split == EVAL_SPLIT:
@@ -194,7 +194,7 @@ def import_to_dir(
     ``rejects.jsonl``, streamed (a batch of tasks in memory at a time) and put in place
     together (the directory is written beside its destination, then renamed)."""
     path = Path(path)
-    source = source or path.stem.split(".")[0] or "imported"
+    source = source or import_name(str(path))
     result, items = iter_import(path, fmt, source, split)
     with io.atomic_dir(out_dir) as tmp:
         writer = pq.ParquetWriter(tmp / "tasks.parquet", io.SCHEMA, compression="zstd")

@@ -308,10 +308,11 @@ def conversation_tasks(conv: Conversation, source: str, row_id: str) -> list[Tas
     names = set(toolset.validators)
     _check_turns(conv.turns)
     users = [i for i, t in enumerate(conv.turns) if t.role == "user"]
+    # every turn up to the last user turn is some task's context: converted once
+    messages = _context(conv.turns[: users[-1] + 1], names)
     if conv.gold is not None:
-        last = users[-1]
         k = conv.turn_index if conv.turn_index is not None else len(users) - 1
-        context = _context(conv.turns[: last + 1], names)
+        context = messages
         steps = [step for step in conv.gold if step]
         task_id = f"{source}-{row_id}-{k}"
         return [_record(conv, toolset, context, _gold(steps, names), None, task_id, source, steps)]
@@ -323,7 +324,7 @@ def conversation_tasks(conv: Conversation, source: str, row_id: str) -> list[Tas
             continue
         gold = [r.calls for r in replies if r.calls]
         answers = [r.content.strip() for r in replies if not r.calls and r.content.strip()]
-        context = _context(conv.turns[: u + 1], names)
+        context = messages[: u + 1]
         answer = answers[-1] if answers else None
         task_id = f"{source}-{row_id}-{k}"
         records.append(
