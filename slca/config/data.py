@@ -52,6 +52,12 @@ class SynthParams(StrictModel):
     max_distractors: int = Field(
         2, ge=0, description="Most tools from other domains added to a task's tool list."
     )
+    values: Literal["demo", "wide"] = Field(
+        "demo",
+        description="demo: cities, airports and passengers from short fixed lists. wide: "
+        "three in four made up from syllables or letters, so a model trained on them "
+        "must copy a value from the request rather than recall it (the pretrain corpus).",
+    )
 
     @field_validator("mix")
     @classmethod

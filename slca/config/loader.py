@@ -32,6 +32,7 @@ SECTIONS = (
     "prepare",
     "validate",
     "simulator_check",
+    "pretrain",
     "base_model",
     "sft",
     "summary_rm",

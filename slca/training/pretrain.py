@@ -1,0 +1,304 @@
+"""The demo's pretrained base: a tiny model trained from scratch, once, on a generated
+tool-calling corpus, and shipped with the repository like a checkpoint from a hub.
+
+The corpus comes from the controlled generator with its own seed and wide values (most
+cities, airports and passengers made up), so the cheapest way to write a call's value
+is to copy it from the request. No user message of the demo's val or test split may
+be in it. The checkpoint's card (``card.json``, rendered as ``README.md``) holds the
+recipe, the corpus hash, the wall time, the git commit, the value probe's figures and
+every shipped file's sha256, which :func:`verify_pretrained` checks before use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import shutil
+import subprocess
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from slca.config import ConfigError
+from slca.config.steps import PretrainParams
+from slca.data import io
+from slca.data.record import TaskRecord
+
+CARD = "card.json"
+REBUILD = "dvc repro -f pretrain (or git checkout -- {dir})"
+
+
+def normalised(text: str) -> str:
+    """A user message folded for comparison: case and whitespace runs ignored."""
+    return " ".join(text.split()).casefold()
+
+
+def user_messages(task: TaskRecord) -> list[str]:
+    return [normalised(m.content) for m in task.messages if m.role == "user"]
+
+
+def heldout_messages(heldout_dir: str) -> set[str]:
+    """The normalised user messages of the val and test splits in ``heldout_dir``."""
+    tasks = io.read_dataset(heldout_dir, ["val", "test"])
+    if not tasks:
+        raise ValueError(f"pretrain: no val or test split in {heldout_dir} (run prepare first)")
+    return {m for t in tasks for m in user_messages(t)}
+
+
+def overlap(corpus: Iterable[TaskRecord], heldout: set[str]) -> list[TaskRecord]:
+    """The corpus tasks that hold a held-out user message."""
+    return [t for t in corpus if any(m in heldout for m in user_messages(t))]
+
+
+def check_disjoint(corpus: Sequence[TaskRecord], heldout: set[str], where: str) -> None:
+    """Refuse a corpus that holds a held-out user message, naming the count and the first."""
+    found = overlap(corpus, heldout)
+    if found:
+        first = next(m for m in user_messages(found[0]) if m in heldout)
+        raise ValueError(
+            f"pretrain: {where}: {len(found)} of {len(corpus)} tasks hold a user message "
+            f"of the demo's val or test split; the first, task {found[0].id}: {first!r}"
+        )
+
+
+def build_corpus(params: PretrainParams, heldout: set[str]) -> tuple[list[TaskRecord], int]:
+    """The corpus and how many generated tasks were dropped as held-out twins."""
+    if params.corpus is not None:
+        corpus = io.read_records(params.corpus)
+        check_disjoint(corpus, heldout, params.corpus)
+        return corpus, 0
+    from slca.data.synth import generate
+
+    generated = generate(params.synth, params.seed)
+    twins = {t.id for t in overlap(generated, heldout)}
+    return [t for t in generated if t.id not in twins], len(twins)
+
+
+def corpus_hash(corpus: Iterable[TaskRecord]) -> str:
+    digest = hashlib.sha256()
+    for task in corpus:
+        digest.update(task.model_dump_json().encode())
+    return digest.hexdigest()
+
+
+def file_hashes(directory: Path) -> dict[str, str]:
+    """sha256 of every file in ``directory`` but the card and its rendering."""
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(directory.iterdir())
+        if p.is_file() and p.name not in (CARD, "README.md")
+    }
+
+
+def verify_pretrained(directory: str | Path) -> dict[str, Any]:
+    """The card of the shipped base in ``directory``, after checking every file it lists
+    against its sha256; a missing, truncated or altered file raises one line naming it
+    and the command that rebuilds the base."""
+    directory = Path(directory)
+    rebuild = REBUILD.format(dir=directory)
+    card_path = directory / CARD
+    try:
+        card = json.loads(card_path.read_text())
+        expected = card["files"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(
+            f"base_model: {card_path}: no readable model card ({exc.__class__.__name__}); "
+            f"rebuild the base with {rebuild}"
+        ) from None
+    for name, sha in expected.items():
+        path = directory / name
+        if not path.is_file():
+            raise ConfigError(f"base_model: {path} is missing; rebuild the base with {rebuild}")
+        if hashlib.sha256(path.read_bytes()).hexdigest() != sha:
+            raise ConfigError(
+                f"base_model: {path} does not match the sha256 in {card_path}; "
+                f"rebuild the base with {rebuild}"
+            )
+    return card
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def _weights_mb(params: PretrainParams) -> float:
+    """float32 size of the model these settings build (embeddings tied)."""
+    h, i, layers = params.hidden_size, params.intermediate_size, params.num_hidden_layers
+    kv = h // params.num_attention_heads * params.num_key_value_heads
+    per_layer = h * h * 2 + h * kv * 2 + h + 2 * kv + 3 * h * i + 2 * h
+    return 4 * (params.vocab_size * h + layers * per_layer + h) / 2**20
+
+
+def _render_card(card: dict[str, Any]) -> str:
+    from slca.eval.value_probe import probe_table
+
+    probe = card["value_probe"]
+    return "\n".join(
+        [
+            "# The demo's pretrained base",
+            "",
+            "A tiny Qwen2 policy trained from scratch by `slca pretrain` (DVC stage",
+            "`pretrain`, frozen) on a generated tool-calling corpus; `base_model.kind:",
+            "pretrained` loads it after checking every file against `card.json`.",
+            "",
+            f"- git commit: `{card['git_commit']}`",
+            f"- corpus: {card['corpus']['tasks']} tasks, sha256 `{card['corpus']['sha256']}`"
+            f" ({card['corpus']['dropped_heldout_twins']} generated tasks dropped as twins of"
+            " the demo's val/test user messages)",
+            f"- training: {card['training']['steps']} steps, "
+            f"{card['training']['tokens']:,} tokens, wall time "
+            f"{card['training']['wall_s']:.0f} s, last loss {card['training']['last_loss']:.3f}",
+            f"- weights: {card['weights_mb']:.1f} MB",
+            f"- value probe on the demo's val split ({card['value_probe_split']}): value accuracy"
+            f" {probe['value_accuracy']:.3f}, first token {probe['first_token_accuracy']:.3f},"
+            f" later tokens {probe['later_token_accuracy']:.3f} ({probe['values']} values)",
+            "",
+            "## Recipe (params.yaml `pretrain`)",
+            "",
+            "```json",
+            json.dumps(card["recipe"], indent=2, sort_keys=True),
+            "```",
+            "",
+            "## Value probe",
+            "",
+            probe_table(probe),
+            "",
+        ]
+    )
+
+
+def run_pretrain(params: PretrainParams, progress: Any = None) -> dict[str, Any]:
+    """Build the corpus, train the base, write it with its card to ``out_dir``; returns
+    the card."""
+    import torch
+
+    from slca.config.engine import SFTEngineConfig
+    from slca.eval.value_probe import value_probe
+    from slca.simulator import Simulator
+    from slca.training.engines import build_engine
+    from slca.training.sft import build_example, sft, summary_for
+    from slca.training.stages import _texts_for_tokenizer
+    from slca.training.tiny import tiny_model, train_tokenizer
+
+    size = _weights_mb(params)
+    if size > params.max_weight_mb:
+        raise ConfigError(
+            f"pretrain: these settings build {size:.1f} MB of weights, over "
+            f"pretrain.max_weight_mb={params.max_weight_mb}"
+        )
+    heldout = heldout_messages(params.heldout_dir)
+    corpus, dropped = build_corpus(params, heldout)
+    check_disjoint(corpus, heldout, "the generated corpus")
+    started = time.monotonic()
+    tokenizer = train_tokenizer(_texts_for_tokenizer(corpus), params.vocab_size)
+    model = tiny_model(
+        tokenizer,
+        seed=params.init_seed,
+        hidden_size=params.hidden_size,
+        num_hidden_layers=params.num_hidden_layers,
+        num_attention_heads=params.num_attention_heads,
+        num_key_value_heads=params.num_key_value_heads,
+        intermediate_size=params.intermediate_size,
+    )
+    simulator = Simulator()
+    examples, too_long = [], 0
+    for task in corpus:
+        summary = summary_for(task, params.poor_summary_frac, params.init_seed)
+        example = build_example(task, tokenizer, simulator, summary)
+        if len(example.token_ids) > params.max_tokens:
+            too_long += 1
+        else:
+            examples.append(example)
+    if not examples:
+        raise ValueError(f"pretrain: no corpus task fits pretrain.max_tokens={params.max_tokens}")
+    steps = params.epochs * math.ceil(len(examples) / params.micro_batch_size)
+    engine = build_engine(
+        model,
+        SFTEngineConfig.model_validate(
+            {
+                "optim": {
+                    "lr": params.lr,
+                    "warmup_steps": min(params.warmup_steps, steps),
+                    "schedule": "cosine",
+                    "total_steps": steps,
+                    "min_lr_ratio": params.min_lr_ratio,
+                }
+            }
+        ),
+    )
+
+    def step_done(step: int, loss: float) -> None:
+        if progress is not None:
+            progress(step, loss)
+        if params.snapshot_dir and step % params.snapshot_every == 0:
+            snapshot = Path(params.snapshot_dir) / f"step-{step:06d}"
+            with io.atomic_dir(snapshot) as tmp:
+                model.save_pretrained(tmp)
+                tokenizer.save_pretrained(tmp)
+
+    torch.manual_seed(params.init_seed)
+    losses = sft(
+        engine,
+        examples,
+        epochs=params.epochs,
+        micro_batch_size=params.micro_batch_size,
+        pad_id=tokenizer.pad_token_id,
+        seed=params.init_seed,
+        progress=step_done,
+    )
+    wall = time.monotonic() - started
+    val = io.read_dataset(params.heldout_dir, ["val"])
+    probe = value_probe(model, tokenizer, val)
+    window = max(1, len(losses) // 20)
+    out = Path(params.out_dir)
+    with io.atomic_dir(out) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        card = {
+            "recipe": params.model_dump(mode="json", exclude={"snapshot_dir", "snapshot_every"}),
+            "git_commit": _git_commit(),
+            "corpus": {
+                "tasks": len(corpus),
+                "sha256": corpus_hash(corpus),
+                "dropped_heldout_twins": dropped,
+                "too_long": too_long,
+            },
+            "training": {
+                "steps": len(losses),
+                "tokens": params.epochs * sum(len(e.token_ids) for e in examples),
+                "wall_s": round(wall, 1),
+                "first_loss": sum(losses[:window]) / window,
+                "last_loss": sum(losses[-window:]) / window,
+                "torch_threads": torch.get_num_threads(),
+            },
+            "weights_mb": _megabytes(tmp),
+            "value_probe_split": f"{params.heldout_dir}/val.parquet",
+            "value_probe": probe,
+            "files": file_hashes(tmp),
+        }
+        (tmp / CARD).write_text(json.dumps(card, indent=2, sort_keys=True) + "\n")
+        (tmp / "README.md").write_text(_render_card(card))
+    return card
+
+
+def _megabytes(directory: Path) -> float:
+    return round(sum(p.stat().st_size for p in directory.glob("*.safetensors")) / 2**20, 2)
+
+
+def install_pretrained(source: str | Path, out_dir: str | Path) -> Path:
+    """Copy the verified shipped base into ``out_dir`` (written then renamed)."""
+    verify_pretrained(source)
+    out = Path(out_dir)
+    with io.atomic_dir(out) as tmp:
+        for path in Path(source).iterdir():
+            if path.is_file():
+                shutil.copy2(path, tmp / path.name)
+    return out
