@@ -82,7 +82,7 @@ class BaseModelParams(StrictModel):
 
 
 def _wide_corpus() -> SynthParams:
-    return SynthParams(n_tasks=25000, values="wide")
+    return SynthParams(n_tasks=16000, values="wide")
 
 
 class PretrainParams(StrictModel):
@@ -102,9 +102,14 @@ class PretrainParams(StrictModel):
     seed: int = 101
     """The generator's seed (the demo's tasks use prepare.seed, 13)."""
     synth: SynthParams = Field(default_factory=_wide_corpus)
-    """The generator's settings: 25,000 tasks with wide values."""
+    """The generator's settings: 16,000 tasks with wide values."""
     vocab_size: int = Field(2048, ge=300)
     """BPE vocabulary size, trained on the corpus."""
+    isolate_spaces_and_digits: bool = True
+    """Whitespace runs and digits are tokens of their own, so a value is spelt by the
+    same tokens in the request and in a call (copying is the identity); with GPT-2's
+    pre-tokenizer the first piece differs (``ĠCor`` against ``Cor``). At step 1,000 of
+    a run without it no made-up city's first token was copied (0 of 59 on val)."""
     hidden_size: int = Field(128, ge=16)
     """Model width."""
     num_hidden_layers: int = Field(3, ge=1)

@@ -198,7 +198,11 @@ def run_pretrain(params: PretrainParams, progress: Any = None) -> dict[str, Any]
     corpus, dropped = build_corpus(params, heldout)
     check_disjoint(corpus, heldout, "the generated corpus")
     started = time.monotonic()
-    tokenizer = train_tokenizer(_texts_for_tokenizer(corpus), params.vocab_size)
+    tokenizer = train_tokenizer(
+        _texts_for_tokenizer(corpus),
+        params.vocab_size,
+        isolate_spaces_and_digits=params.isolate_spaces_and_digits,
+    )
     model = tiny_model(
         tokenizer,
         seed=params.init_seed,
