@@ -263,6 +263,34 @@ def import_(
 
 
 @app.command()
+def pretrain(
+    params: ParamsFile = Path("params.yaml"),
+    set_: Overrides = None,
+    preset: Preset = None,
+) -> None:
+    """Train the demo's base from scratch, as the frozen DVC stage `pretrain`: a generated
+    corpus without the demo's val or test user messages; writes the checkpoint, its card
+    and README (params: pretrain)."""
+    from slca.config.steps import PretrainParams
+    from slca_pipeline.flows.params import read_document, section
+
+    def go() -> Any:  # settings are checked before any work
+        document = read_document(params, _overrides(set_, preset))
+        settings = section(document, "pretrain", PretrainParams, params)
+        from slca.training.pretrain import run_pretrain
+        from slca.training.stages import progress_bar
+
+        return settings, run_pretrain(settings, progress=progress_bar("pretrain"))
+
+    settings, card = _run(go, "the held-out val and test splits come from `slca data`")
+    typer.echo(
+        f"{settings.out_dir}: {card['corpus']['tasks']} tasks, {card['training']['steps']} "
+        f"steps, value accuracy {card['value_probe']['value_accuracy']:.3f}"
+    )
+    typer.echo(f"model card: {settings.out_dir}/README.md; record it: dvc commit -f pretrain")
+
+
+@app.command()
 def train(
     params: ParamsFile = Path("params.yaml"),
     set_: Overrides = None,

@@ -16,7 +16,7 @@ def runner(monkeypatch, tmp_path):
     return CliRunner()
 
 
-COMMANDS = {"run", "data", "train", "eval", "report", "ui"}
+COMMANDS = {"run", "data", "pretrain", "train", "eval", "report", "ui"}
 
 
 def test_the_commands_are_exactly_the_documented_ones(runner):
@@ -137,3 +137,37 @@ def test_data_import_prints_the_report_line_and_a_bad_path_in_one_line(runner, t
     missing = runner.invoke(app, ["data", "import", str(tmp_path / "x.jsonl"), "--out", "o"])
     assert missing.exit_code == 1
     assert f"error: {tmp_path / 'x.jsonl'}: no such file or directory" in missing.output
+
+
+def test_pretrain_refuses_a_leaking_corpus_or_missing_heldout_data_in_one_line(runner, tmp_path):
+    from slca.config.data import PrepareParams
+    from slca.data import io
+    from slca.data.prepare import prepare
+
+    tasks = tmp_path / "tasks"
+    prepare(PrepareParams(sources=["synth"], synth={"n_tasks": 20}, out_dir=str(tasks)))
+    corpus = tmp_path / "corpus.parquet"  # the val split's tasks among the train split's
+    leaking = io.read_dataset(tasks, ["train", "val"])
+    io.write_parquet(io.records_table(leaking), corpus)
+    val = len(io.read_dataset(tasks, ["val"]))
+    params = tmp_path / "params.yaml"
+    params.write_text("pretrain: {epochs: 1}\n")
+    out = tmp_path / "base"
+    args = ["pretrain", "--params", str(params), "-S", f"pretrain.out_dir={out}"]
+    for overrides, message in (
+        (
+            [f"pretrain.heldout_dir={tasks}", f"pretrain.corpus={corpus}"],
+            f"pretrain: {corpus}: {val} of {len(leaking)} tasks hold a user message of the",
+        ),
+        (
+            [f"pretrain.heldout_dir={tmp_path / 'nowhere'}"],
+            f"no val or test split in {tmp_path / 'nowhere'} (run prepare first)",
+        ),
+        (["pretrain.max_weight_mb=0.5"], "over pretrain.max_weight_mb=0.5"),
+    ):
+        result = runner.invoke(app, [*args, *[x for o in overrides for x in ("-S", o)]])
+        assert result.exit_code == 1, result.output
+        error = [line for line in result.output.splitlines() if line.startswith("error: ")]
+        assert len(error) == 1 and message in error[0], result.output
+        assert "Traceback" not in result.output and "hint:" in result.output
+    assert not out.exists()

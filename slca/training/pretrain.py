@@ -27,7 +27,11 @@ from slca.data import io
 from slca.data.record import TaskRecord
 
 CARD = "card.json"
-REBUILD = "dvc repro -f pretrain (or git checkout -- {dir})"
+# A frozen DVC stage never runs, not even under `dvc repro -f`: it only checks its output
+RESTORE = (
+    "restore it with `git checkout -- {dir}`, or retrain it with `slca pretrain` "
+    "(then `dvc commit -f pretrain`)"
+)
 
 
 def normalised(text: str) -> str:
@@ -95,26 +99,24 @@ def file_hashes(directory: Path) -> dict[str, str]:
 def verify_pretrained(directory: str | Path) -> dict[str, Any]:
     """The card of the shipped base in ``directory``, after checking every file it lists
     against its sha256; a missing, truncated or altered file raises one line naming it
-    and the command that rebuilds the base."""
+    and how to restore or retrain the base."""
     directory = Path(directory)
-    rebuild = REBUILD.format(dir=directory)
+    restore = RESTORE.format(dir=directory)
     card_path = directory / CARD
     try:
         card = json.loads(card_path.read_text())
-        expected = card["files"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        expected = dict(card["files"].items())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ConfigError(
-            f"base_model: {card_path}: no readable model card ({exc.__class__.__name__}); "
-            f"rebuild the base with {rebuild}"
+            f"base_model: {card_path}: no readable model card ({exc.__class__.__name__}); {restore}"
         ) from None
     for name, sha in expected.items():
         path = directory / name
         if not path.is_file():
-            raise ConfigError(f"base_model: {path} is missing; rebuild the base with {rebuild}")
+            raise ConfigError(f"base_model: {path} is missing; {restore}")
         if hashlib.sha256(path.read_bytes()).hexdigest() != sha:
             raise ConfigError(
-                f"base_model: {path} does not match the sha256 in {card_path}; "
-                f"rebuild the base with {rebuild}"
+                f"base_model: {path} does not match the sha256 in {card_path}; {restore}"
             )
     return card
 
@@ -198,7 +200,11 @@ def run_pretrain(params: PretrainParams, progress: Any = None) -> dict[str, Any]
     corpus, dropped = build_corpus(params, heldout)
     check_disjoint(corpus, heldout, "the generated corpus")
     started = time.monotonic()
-    tokenizer = train_tokenizer(_texts_for_tokenizer(corpus), params.vocab_size)
+    tokenizer = train_tokenizer(
+        _texts_for_tokenizer(corpus),
+        params.vocab_size,
+        isolate_spaces_and_digits=params.isolate_spaces_and_digits,
+    )
     model = tiny_model(
         tokenizer,
         seed=params.init_seed,

@@ -25,6 +25,7 @@ STAGES = [
         "max_error_rate=2",
         "less than or equal to 1",
     ),
+    ("slca.training.stages", ["pretrain"], "pretrain", "epochs=0", "greater than or equal to 1"),
     (
         "slca.training.stages",
         ["base_model"],

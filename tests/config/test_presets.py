@@ -19,7 +19,7 @@ from slca.config.loader import (
     stage_parser,
     with_preset,
 )
-from slca.config.steps import BaseModelParams, SFTParams, SummaryRMParams
+from slca.config.steps import BaseModelParams, PretrainParams, SFTParams, SummaryRMParams
 from slca.config.train import TrainConfig
 from slca_pipeline.flows.params import read_document
 
@@ -28,6 +28,7 @@ PRESET_FILES = sorted(PRESETS_DIR.glob("*.yaml"))
 SECTION_MODELS = {
     "prepare": PrepareParams,
     "validate": ValidateParams,
+    "pretrain": PretrainParams,
     "base_model": BaseModelParams,
     "sft": SFTParams,
     "summary_rm": SummaryRMParams,

@@ -1,4 +1,5 @@
 import collections
+import hashlib
 
 import pytest
 
@@ -26,8 +27,9 @@ def test_task_is_independent_of_how_many_are_generated():
     assert _dump(small) == _dump(big[:5])
 
 
-def test_every_task_passes_the_record_checks():
-    for r in generate(SynthParams(n_tasks=200), 1):
+@pytest.mark.parametrize("values", ["demo", "wide"])
+def test_every_task_passes_the_record_checks(values):
+    for r in generate(SynthParams(n_tasks=200, values=values), 1):
         assert record_problems(r.model_dump()) == [], r.id
 
 
@@ -54,9 +56,10 @@ def test_parallel_width_is_bounded():
     assert all(len(r.gold) == 1 and len(r.gold[0]) == 2 for r in generate(p, 0))
 
 
+@pytest.mark.parametrize("values", ["demo", "wide"])
 @pytest.mark.parametrize("domain", sorted(DOMAINS))
-def test_gold_and_facts_agree_with_world(domain):
-    p = SynthParams(n_tasks=40, domains=[domain])
+def test_gold_and_facts_agree_with_world(domain, values):
+    p = SynthParams(n_tasks=40, domains=[domain], values=values)
     for r in generate(p, 5):
         w = r.world
         calls = [c for step in r.gold for c in step]
@@ -81,8 +84,9 @@ def test_gold_and_facts_agree_with_world(domain):
                     assert r.facts[f"{a['base']}/{a['target']}"] == rate
 
 
-def test_multi_step_second_call_needs_first_result():
-    for r in generate(SynthParams(n_tasks=80, mix={"multi_step": 1}), 2):
+@pytest.mark.parametrize("values", ["demo", "wide"])
+def test_multi_step_second_call_needs_first_result(values):
+    for r in generate(SynthParams(n_tasks=80, mix={"multi_step": 1}, values=values), 2):
         assert len(r.gold) == 2 and r.gold[0][0].label == "var1"
         # the id used in step 2 is not in the request: the model must call step 1 first
         if r.domain in ("flights", "shop"):
@@ -113,3 +117,93 @@ def test_generate_task_ids_are_unique_and_stable():
     rs = generate(p, 4)
     assert len({r.id for r in rs}) == 30
     assert generate_task(17, rs[17].domain, p, 4) == rs[17]
+
+
+# --- values: wide (the pretrain corpus) ---------------------------------------------------
+
+DEMO_SHA256 = "9100a3992b41934d628824bc3da4427570ebe5f7b5e9e78e9d04eeb331e379ce"
+"""sha256 of the JSON of generate(SynthParams(n_tasks=2000), 13), prepare's synth tasks,
+as they were before values 'wide' existed."""
+
+LATER_FROM_REQUEST = {
+    ("book_flight", "passenger"),
+    ("get_exchange_rate", "base"),
+    ("add_to_cart", "quantity"),
+}
+"""Arguments of a multi-step task's second call that the request gives (the others come
+from the first call's result)."""
+
+
+def _sha256(records) -> str:
+    digest = hashlib.sha256()
+    for r in records:
+        digest.update(r.model_dump_json().encode())
+    return digest.hexdigest()
+
+
+def request_values(record):
+    """``("tool.argument", value)`` of each gold argument its task kind reads from the
+    request: every argument of the first step, those of LATER_FROM_REQUEST after it."""
+    for i, step in enumerate(record.gold):
+        for call in step:
+            for arg, value in call.arguments.items():
+                if i == 0 or (call.name, arg) in LATER_FROM_REQUEST:
+                    yield f"{call.name}.{arg}", value
+
+
+def test_demo_values_are_the_default_and_unchanged():
+    assert SynthParams().values == "demo"
+    assert _sha256(generate(SynthParams(n_tasks=2000), 13)) == DEMO_SHA256
+
+
+def test_wide_values_are_deterministic_and_differ_from_demo():
+    wide = SynthParams(n_tasks=80, values="wide")
+    tasks = generate(wide, 7)
+    assert _dump(tasks) == _dump(generate(wide, 7))
+    assert _dump(tasks) != _dump(generate(SynthParams(n_tasks=80), 7))
+    assert _dump(tasks) != _dump(generate(wide, 8))
+    assert generate_task(41, tasks[41].domain, wide, 7) == tasks[41]
+
+
+def test_most_wide_cities_airports_and_passengers_are_made_up():
+    from slca.data.synth_world import _AIRPORTS, _CITIES, PASSENGERS
+
+    pools = {
+        "get_weather.city": _CITIES,
+        "search_flights.origin": _AIRPORTS,
+        "search_flights.destination": _AIRPORTS,
+        "book_flight.passenger": PASSENGERS,
+    }
+    for values, low, high in (("demo", 0.0, 0.0), ("wide", 0.6, 0.9)):
+        p = SynthParams(n_tasks=400, domains=["weather", "flights"], values=values)
+        seen = collections.defaultdict(list)
+        for r in generate(p, 11):
+            for key, value in request_values(r):
+                if key in pools:
+                    seen[key].append(value not in pools[key])
+        assert set(seen) == set(pools)
+        for key, made_up in seen.items():
+            assert low <= sum(made_up) / len(made_up) <= high, (values, key)
+
+
+def test_every_value_a_wide_task_reads_from_its_request_is_in_the_request():
+    seen = collections.Counter()
+    for r in generate(SynthParams(n_tasks=400, values="wide"), 11):
+        for key, value in request_values(r):
+            assert str(value) in r.user_text(), (r.id, key, value)
+            seen[key] += 1
+    assert set(seen) == {
+        "get_weather.city",
+        "find_city.landmark",
+        "get_exchange_rate.base",
+        "get_exchange_rate.target",
+        "get_country_currency.country",
+        "search_flights.origin",
+        "search_flights.destination",
+        "search_flights.date",
+        "book_flight.flight_id",
+        "book_flight.passenger",
+        "get_order_status.order_id",
+        "search_products.query",
+        "add_to_cart.quantity",
+    }

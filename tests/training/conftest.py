@@ -1,5 +1,5 @@
 """The tiny pipeline's data, base model and SFT checkpoint, built once for the training
-stage tests (test_stages.py, test_session.py)."""
+stage tests (test_stages.py, test_session.py, test_pretrain.py)."""
 
 import pytest
 from helpers import tiny_params
@@ -11,11 +11,19 @@ from slca.training.stages import build_base_model, run_sft
 
 
 @pytest.fixture(scope="package")
-def workspace(tmp_path_factory):
-    """``(root, sft figures)``: task data, ``models/base`` and ``models/sft`` under root."""
+def tiny_tasks(tmp_path_factory):
+    """``root`` with the tiny pipeline's task data (train, val and test splits) in
+    ``root/data/tasks``: prepare only."""
     root = tmp_path_factory.mktemp("pipeline")
+    prepare(PrepareParams(**tiny_params(root)["prepare"]))
+    return root
+
+
+@pytest.fixture(scope="package")
+def workspace(tiny_tasks):
+    """``(root, sft figures)``: task data, ``models/base`` and ``models/sft`` under root."""
+    root = tiny_tasks
     params = tiny_params(root)
-    prepare(PrepareParams(**params["prepare"]))
     build_base_model(BaseModelParams(**params["base_model"]))
     figures = run_sft(SFTParams(**params["sft"]))
     return root, figures
