@@ -92,6 +92,19 @@ def tiny_params(root: Path) -> dict:
             "in_dir": str(root / "data/tasks"),
             "report_dir": str(root / "data/simcheck"),
         },
+        # the frozen DVC stage never runs it (its output ships in git), but DVC reads the
+        # section when it records the stage; test_pretrain.py trains it
+        "pretrain": {
+            "heldout_dir": str(root / "data/tasks"),
+            "out_dir": str(root / "assets/demo-base"),
+            "synth": {"n_tasks": 40, "values": "wide"},
+            "vocab_size": 400,
+            "hidden_size": 32,
+            "num_hidden_layers": 1,
+            "intermediate_size": 64,
+            "epochs": 1,
+            "warmup_steps": 2,
+        },
         "base_model": {
             "in_dir": str(root / "data/tasks"),
             "out_dir": str(root / "models/base"),
@@ -131,6 +144,8 @@ def tiny_params(root: Path) -> dict:
             },
             "update": {"micro_batch_size": 4},
             "engine": {"optim": {"lr": 1e-5}},  # as the tiny pipeline's tests were written
+            # written without validation (params.yaml turns it on); tests of it turn it on
+            "validation": {"every": 0},
         },
         "evaluate": {
             "model_dir": str(root / "models/sft"),

@@ -392,6 +392,7 @@ class Check:
             },
             "update": {"micro_batch_size": 4 if smoke else 8},
             "engine": {"optim": {"lr": 1e-4 if smoke else 1e-6}},
+            "validation": {"every": 0},  # the check times training steps, not validation
             **extra,
         }
         return TrainConfig.model_validate(settings)

@@ -108,11 +108,11 @@ def run_job(job: dict, args: argparse.Namespace) -> tuple[str, int, float]:
             "-S", "train.rewards.summary.name=reward_model",
             "-S", f"train.rewards.summary.reward_model.path={summary_rm_dir(args)}",
         ]  # fmt: skip
-    if args.validate_every:
-        train += [
-            "-S", f"train.validation.every={args.validate_every}",
-            "-S", f"train.validation.max_tasks={args.validate_tasks}",
-        ]  # fmt: skip
+    # always given: --validate-every 0 must turn off the validation params.yaml turns on
+    train += [
+        "-S", f"train.validation.every={args.validate_every}",
+        "-S", f"train.validation.max_tasks={args.validate_tasks}",
+    ]  # fmt: skip
     for item in job.get("extra", []):
         train += ["-S", item]
     evaluate = evaluate_command(args, work / "model", job["name"])

@@ -67,6 +67,13 @@ class EvaluateParams(StrictModel):
     """Draws the task subsets."""
     in_domain: InDomainSet = Field(default_factory=InDomainSet)
     """The in-domain set."""
+    value_probe_tasks: int | None = Field(200, ge=0)
+    """The teacher-forced value probe (:mod:`slca.eval.value_probe`, one forward pass per
+    task): a seeded subset of this many synth tasks of the ``val`` split of ``in_dir``,
+    reported as ``value_probe/value_accuracy``, ``first_token_accuracy``,
+    ``later_token_accuracy`` and ``values`` (how many argument values were scored); null
+    probes every synth val task, 0 skips the probe. A split without a synth task (or
+    without a string argument value) gives no probe figure."""
     max_new_tokens: int = Field(96, ge=1)
     """Tokens per policy turn."""
     max_turns: int = Field(3, ge=1)

@@ -73,10 +73,13 @@ class UpdateConfig(StrictModel):
 class ValidationConfig(StrictModel):
     """Held-out validation during training (verl's ``test_freq``, TRL's ``eval_steps``):
     one greedy rollout per task of a fixed seeded subset, scored against gold as
-    ``evaluate`` scores the test split; logged as ``val/<metric>`` at the step."""
+    ``evaluate`` scores the test split; logged as ``val/<metric>`` at the step. Step 0 is
+    the starting policy, validated before the first update, so every arm's curve starts
+    from the same point (the report's ``curve_learning.png``)."""
 
-    every: int = Field(0, ge=0)
-    """Steps between validations (the last step always validates); 0 turns it off."""
+    every: int = Field(4, ge=0)
+    """Steps between validations; step 0 (before any update) and the last step always
+    validate. 0 turns validation off."""
     split: str = "val"
     """The held-out split; never ``train``."""
     max_tasks: int = Field(32, ge=1)
@@ -119,7 +122,7 @@ class TrainConfig(StrictModel):
     rewards: RewardConfig = Field(default_factory=RewardConfig)
     """HierR and the summary scorer."""
     validation: ValidationConfig = Field(default_factory=ValidationConfig)
-    """Held-out validation every few steps (off by default)."""
+    """Held-out validation at step 0 and every few steps (``every: 0`` turns it off)."""
     simulator: SimulatorConfig = Field(default_factory=SimulatorConfig)
     """The simulator rollouts (and validation) call tools in."""
     engine: TrainEngineConfig = Field(default_factory=TrainEngineConfig)

@@ -6,7 +6,9 @@ arm, seeds aggregate as mean ± std; for a repeated (arm, seed) only the newest
 finished run counts, so re-running a pipeline replaces rather than adds a seed. Where the
 runs logged their per-task evaluation lines, every arm is also compared with GRPO and
 with SFT task by task (:mod:`slca.eval.paired`): mean paired difference and its 95 %
-bootstrap interval.
+bootstrap interval. The learning curves (``curve_learning.png``: held-out Success@0.9
+from step 0, the SFT policy, and the training reward as a moving average) are also
+logged into every RL run the report covers.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ COLUMNS = (
     ("eval/in_domain/tool_calls_per_task", "calls/task", 1.0),
     ("eval/in_domain/redundant_calls_per_task", "redundant/task", 1.0),
     ("eval/in_domain/no_call_accuracy", "no-call acc", 1.0),
+    ("eval/value_probe/value_accuracy", "value probe (val)", 1.0),
     ("eval/bfcl/overall", "BFCL (%)", 100.0),
     ("eval/tau2/overall", "τ² (%)", 100.0),
     ("reward/total", "final train reward", 1.0),
@@ -51,6 +54,17 @@ TOO_LONG = {
 
 #: The arms every other arm is compared with, task by task.
 BASELINES = ("grpo", "sft")
+
+#: The held-out curve of the learning figure: the same val tasks at every validation.
+VAL_CURVE = "val/success_at_0.9"
+#: The training curve of the learning figure.
+REWARD_CURVE = "reward/total"
+#: Steps in the trailing moving average of the training reward: each step draws other
+#: tasks, so a step's mean reward moves with how hard its draw was; averaging over 5
+#: steps (40 tasks at the demo's 8 per step) leaves the trend.
+REWARD_WINDOW = 5
+#: The learning figure's file, in the report directory and under ``report/`` in MLflow.
+LEARNING_FIGURE = "curve_learning.png"
 
 
 def arm(run: RunRecord) -> str:
@@ -193,25 +207,40 @@ def paired_table(paired: Mapping[str, Mapping[str, Mapping[str, Mapping[str, flo
     return "\n".join(lines) + "\n"
 
 
-def plot_curves(runs: Sequence[RunRecord], key: str, path: Path) -> bool:
-    """Per arm, the mean over seeds of ``key`` against the step; False if no run has it."""
-    import matplotlib
+def moving_average(values: Sequence[float], window: int) -> list[float]:
+    """The trailing mean of ``values`` over the last ``window`` of them at each position
+    (over all so far while fewer than ``window`` are in): one value per input, so the
+    curve starts at the first step instead of ``window`` steps late."""
+    if window < 1:
+        raise ValueError(f"moving_average: window must be >= 1, got {window}")
+    # each mean from its own slice, not a running sum: no rounding carried along the run
+    return [statistics.fmean(values[max(0, i + 1 - window) : i + 1]) for i in range(len(values))]
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
+def _smoothed(curve: Sequence[tuple[int, float]], window: int) -> list[tuple[int, float]]:
+    """One run's curve, finite points in step order, as its trailing moving average."""
+    points = sorted((step, value) for step, value in curve if math.isfinite(value))
+    return list(zip([s for s, _ in points], moving_average([v for _, v in points], window)))
+
+
+def _by_arm(
+    runs: Sequence[RunRecord], key: str, window: int = 1
+) -> dict[str, dict[int, list[float]]]:
+    """Per arm and step, every seed's value of ``key`` (each run's curve smoothed over
+    ``window`` steps first: a seed is averaged over its own steps, then over seeds)."""
     by_arm: dict[str, dict[int, list[float]]] = {}
     for run in runs:
-        for step, value in run.curves.get(key, []):
-            if math.isfinite(value):
-                by_arm.setdefault(arm(run), {}).setdefault(step, []).append(value)
-    if not by_arm:
-        return False
-    fig, ax = plt.subplots(figsize=(7, 4))
+        for step, value in _smoothed(run.curves.get(key, []), window):
+            by_arm.setdefault(arm(run), {}).setdefault(step, []).append(value)
+    return by_arm
+
+
+def _draw_arms(ax, by_arm: Mapping[str, Mapping[int, list[float]]]) -> None:
+    """Per arm, the mean over seeds against the step, ± their std where seeds differ."""
     for name, points in sorted(by_arm.items()):
         steps = sorted(points)
         means = [statistics.fmean(points[s]) for s in steps]
-        ax.plot(steps, means, label=name)
+        ax.plot(steps, means, label=name, marker="o" if len(steps) < 30 else None)
         if any(len(points[s]) > 1 for s in steps):
             spread = [statistics.pstdev(points[s]) for s in steps]
             ax.fill_between(
@@ -221,8 +250,61 @@ def plot_curves(runs: Sequence[RunRecord], key: str, path: Path) -> bool:
                 alpha=0.2,
             )
     ax.set_xlabel("step")
-    ax.set_ylabel(key)
     ax.legend()
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_curves(runs: Sequence[RunRecord], key: str, path: Path) -> bool:
+    """Per arm, the mean over seeds of ``key`` against the step; False if no run has it."""
+    by_arm = _by_arm(runs, key)
+    if not by_arm:
+        return False
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    _draw_arms(ax, by_arm)
+    ax.set_ylabel(key)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
+def learning_curves(
+    runs: Sequence[RunRecord], window: int = REWARD_WINDOW
+) -> tuple[dict[str, dict[int, list[float]]], dict[str, dict[int, list[float]]]]:
+    """The learning figure's data, per arm and step with one value per seed: held-out
+    Success@0.9 as validated (step 0 included), and the training reward as each run's
+    trailing moving average over ``window`` steps."""
+    return _by_arm(runs, VAL_CURVE), _by_arm(runs, REWARD_CURVE, window)
+
+
+def plot_learning(runs: Sequence[RunRecord], path: Path, window: int = REWARD_WINDOW) -> bool:
+    """Whether training learned, per arm (mean over seeds ± std): left, held-out
+    Success@0.9 on the same val tasks at every validation, from step 0 (the SFT policy,
+    before any update); right, the training reward as a trailing moving average over
+    ``window`` steps. A step's raw reward mostly says which tasks that step drew (every
+    arm draws the same ones, so the arms rise and fall together); fixed val tasks and
+    the average show the trend. False, and no file, when no run has validation."""
+    val, reward = learning_curves(runs, window)
+    if not val:
+        return False
+    plt = _pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4), sharex=True)
+    _draw_arms(left, val)
+    left.set_title("held-out val Success@0.9 (step 0: SFT)")
+    left.set_ylabel(VAL_CURVE)
+    if reward:
+        _draw_arms(right, reward)
+    right.set_title(f"training reward, moving average of {window} steps")
+    right.set_ylabel(REWARD_CURVE)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -231,16 +313,12 @@ def plot_curves(runs: Sequence[RunRecord], key: str, path: Path) -> bool:
 
 def plot_eval(summaries: Sequence[ArmSummary], path: Path) -> bool:
     """Bars of every evaluation column per arm (mean, std as error bars)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     columns = [
         c for c in COLUMNS if c[0].startswith("eval/") and any(c[0] in s.mean for s in summaries)
     ]
     if not columns:
         return False
+    plt = _pyplot()
     fig, axes = plt.subplots(1, len(columns), figsize=(3 * len(columns), 3.5), squeeze=False)
     for ax, (key, title, scale) in zip(axes[0], columns):
         names = [s.arm for s in summaries if key in s.mean]
@@ -255,6 +333,20 @@ def plot_eval(summaries: Sequence[ArmSummary], path: Path) -> bool:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return True
+
+
+PROBE_KEY = "eval/value_probe/value_accuracy"
+PROBE_NOTE = (
+    "value probe (val): the share of string argument values the policy writes token for "
+    "token right when teacher-forced along the gold trajectory, on synth tasks of the val "
+    "split (slca.eval.value_probe; no sampling).\n"
+)
+LEARNING_NOTE = (
+    f"Learning curves ({LEARNING_FIGURE}): left, held-out Success@0.9 on the same val "
+    "tasks at every validation, step 0 being the SFT policy before any update; right, the "
+    f"training reward as a trailing moving average over {REWARD_WINDOW} steps (a single "
+    "step's reward mostly reflects which tasks it drew). Mean over seeds ± std.\n"
+)
 
 
 def write_report(
@@ -274,6 +366,8 @@ def write_report(
     latest = {rid for s in summaries for rid in s.run_ids}
     kept = [r for r in runs if r.run_id in latest]
     lines = [f"# {title}\n", markdown_table(summaries)]
+    if any(PROBE_KEY in s.mean for s in summaries):
+        lines.append(PROBE_NOTE)
     paired = paired_differences(summaries, lines_by_run or {})
     if paired:
         lines += [
@@ -281,6 +375,8 @@ def write_report(
             "BCa bootstrap interval over tasks):\n",
             paired_table(paired),
         ]
+    if plot_learning(kept, out / LEARNING_FIGURE):
+        lines += [LEARNING_NOTE, f"![learning curves]({LEARNING_FIGURE})\n"]
     for key, name in (
         ("reward/total", "reward_total"),
         ("reward/tool", "reward_tool"),
@@ -329,7 +425,32 @@ def report(
     uri = resolve_uri(tracking_dir, None)
     latest = {rid for s in summarise(runs) for rid in s.run_ids}
     lines_by_run = {rid: evaluation_lines(rid, tracking_uri=uri) for rid in latest}
-    return write_report(runs, out_dir, f"slca: experiment {experiment!r}", lines_by_run)
+    path = write_report(runs, out_dir, f"slca: experiment {experiment!r}", lines_by_run)
+    if f"]({LEARNING_FIGURE})" in path.read_text():  # drawn now, not left by an older report
+        trained = [r.run_id for r in runs if r.run_id in latest and is_training_run(r)]
+        log_learning_figure(path.parent / LEARNING_FIGURE, trained, tracking_dir, experiment)
+    return path
+
+
+def is_training_run(run: RunRecord) -> bool:
+    """Whether ``run`` trained a policy (an RL run), not only evaluated one."""
+    return "algorithm.advantage.estimator" in run.params
+
+
+def log_learning_figure(
+    figure: Path, run_ids: Sequence[str], tracking_dir: str | os.PathLike[str], experiment: str
+) -> None:
+    """``figure`` into each of ``run_ids`` as ``report/<name>``, so the MLflow UI shows
+    a run's learning beside its metrics; nothing when the report drew no such figure.
+    The runs are finished: an artifact is a file in the run's artifact store, which
+    MLflow accepts whatever the run's status (through the store's one-writer lock)."""
+    from slca.tracking import Tracker
+
+    if not run_ids or not figure.exists():
+        return
+    tracker = Tracker(tracking_dir, experiment=experiment)
+    for run_id in run_ids:
+        tracker.add_to_run(run_id, {}, [figure], artifact_path="report")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,6 +5,8 @@ call :func:`evaluate`. The task subsets are drawn from ``seed`` and the data alo
 every model of a comparison meets the same tasks. The metrics (JSON) and one line per
 task (JSON Lines) are written then renamed; they also go to MLflow, into
 the run that trained the model (``mlflow_run.json`` in ``model_dir``) or a new run.
+Beside the rollouts, the teacher-forced value probe (:mod:`slca.eval.value_probe`)
+scores the model on the val split's synth tasks (``value_probe/*``).
 """
 
 from __future__ import annotations
@@ -61,6 +63,10 @@ def evaluate(params: EvaluateParams, progress: Progress | None = None) -> dict[s
         model, tokenizer = None, load_tokenizer(params.model_dir)  # vLLM loads the weights
     else:
         model, tokenizer = load_causal_lm(params.model_dir, dtype="float32", device=device)
+    # before vLLM starts: its engine takes the GPU memory the probe's own copy freed
+    probe = value_probe_metrics(params, model, tokenizer, device)
+    if model is None and torch.cuda.is_available():
+        torch.cuda.empty_cache()
     with contextlib.ExitStack() as stack:
         engine = stack.enter_context(_engine(params, model, tokenizer))
         # built once, as training builds it: a judge on its own engine, a reward model
@@ -71,7 +77,7 @@ def evaluate(params: EvaluateParams, progress: Progress | None = None) -> dict[s
             seed=params.seed,
             stack=stack,
         )
-        return _evaluate(params, engine, tokenizer, progress, scorer)
+        return _evaluate(params, engine, tokenizer, progress, scorer, probe)
 
 
 def _engine(params: EvaluateParams, model: Any, tokenizer: Any) -> Any:
@@ -101,6 +107,7 @@ def _evaluate(
     tokenizer: Any,
     progress: Progress | None,
     summary_scorer: SummaryScorer,
+    probe: dict[str, float],
 ) -> dict[str, float]:
     from slca.rollout.engines import SamplingParams
     from slca.rollout.loop import RolloutLimits, run_rollouts
@@ -124,7 +131,7 @@ def _evaluate(
             follow_ups=follow_ups,
         )
 
-    metrics: dict[str, float] = {}
+    metrics: dict[str, float] = dict(probe)
     lines: list[dict[str, Any]] = []
     sets = (
         (
@@ -177,6 +184,52 @@ def _in_domain_tasks(params: EvaluateParams) -> list[TaskRecord]:
         where="evaluate",
         sources_label="sources ",
     )
+
+
+VALUE_PROBE_SPLIT = "val"
+"""The split the value probe reads: held out from training, and not the test split the
+rollouts are scored on, so the probe's figure is not tuned on the reported tasks."""
+
+VALUE_PROBE_FIGURES = (
+    "value_accuracy",
+    "first_token_accuracy",
+    "later_token_accuracy",
+    "values",
+)
+"""What :func:`slca.eval.value_probe.value_probe` returns that evaluation reports."""
+
+
+def value_probe_tasks(params: EvaluateParams) -> list[TaskRecord]:
+    """The synth tasks of the val split the probe scores: a seeded subset of
+    ``value_probe_tasks`` (every one when null, none when 0 or the split has none)."""
+    if params.value_probe_tasks == 0:
+        return []
+    pool = io.read_dataset(params.in_dir, [VALUE_PROBE_SPLIT])
+    # the probe scores synth tasks only (their gold values are in the request)
+    return draw([t for t in pool if t.source == "synth"], params.value_probe_tasks, params.seed)
+
+
+def value_probe_metrics(
+    params: EvaluateParams, model: Any, tokenizer: Any, device: Any
+) -> dict[str, float]:
+    """The value probe of ``params.model_dir`` as ``value_probe/<figure>``: how often the
+    policy, teacher-forced along the gold trajectory, writes each argument value token
+    for token (a cheap read of what SFT taught, no sampling). Empty when there is no
+    task or no string value to score. ``model`` None (the vLLM engine holds the weights
+    in its own process): a copy is loaded for the probe and dropped after it."""
+    from slca.eval.value_probe import value_probe
+
+    tasks = value_probe_tasks(params)
+    if not tasks:
+        return {}
+    if model is None:
+        from slca.modeling import load_causal_lm
+
+        model = load_causal_lm(params.model_dir, device=device)[0]
+    probe = value_probe(model, tokenizer, tasks)
+    if not probe["values"]:  # shares of nothing would read as 0 % right
+        return {}
+    return {f"value_probe/{k}": float(probe[k]) for k in VALUE_PROBE_FIGURES}
 
 
 def _eval_tasks(params: EvaluateParams, source: str, groups: list[str], n: int) -> list[TaskRecord]:

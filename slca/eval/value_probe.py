@@ -68,12 +68,13 @@ def value_probe(model: Any, tokenizer: Any, tasks: Iterable[TaskRecord]) -> dict
     )
     was_training = model.training
     model.eval()
+    device = next(model.parameters()).device  # evaluation may hold the model on a GPU
     for task in tasks:
         if task.source != "synth":
             continue
         example = build_example(task, tokenizer, simulator, reference_summary)
         with torch.no_grad():
-            logits = model(torch.tensor([example.token_ids])).logits[0]
+            logits = model(torch.tensor([example.token_ids], device=device)).logits[0]
         predicted = logits.argmax(-1).tolist()
         for row, positions in value_tokens(task, example, tokenizer):
             right = [predicted[k - 1] == example.token_ids[k] for k in positions]

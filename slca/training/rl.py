@@ -182,9 +182,21 @@ class Trainer:
     def run(self, *, resume: bool = False) -> TrainerState:
         if resume:
             self.restore()
+        self.begin()
         while not self.done:
             self.end_step(self.train_step())
         return self.state
+
+    def begin(self) -> None:
+        """Before the first update: validate the starting policy (the SFT checkpoint) and
+        log it at step 0, so a held-out learning curve starts where training does. Only
+        at step 0: a run restored from a checkpoint logged its step 0 when it started
+        (and the tracker skips a step it already holds)."""
+        if self.state.step != 0 or not self._validation_due():
+            return
+        metrics = self._validated({})
+        if self.tracker is not None:
+            self.tracker.log_metrics(metrics, step=0)
 
     @property
     def done(self) -> bool:
@@ -200,9 +212,7 @@ class Trainer:
         """Validate when due, log a finished step's metrics, report progress, checkpoint
         when due."""
         if self._validation_due():
-            started = time.perf_counter()
-            metrics = {**metrics, **self.validate()}
-            metrics["perf/validate_s"] = time.perf_counter() - started
+            metrics = self._validated(metrics)
         if self.tracker is not None:
             self.tracker.log_metrics(metrics, step=self.state.step)
         if self.progress is not None:
@@ -212,10 +222,18 @@ class Trainer:
             self.checkpoint()
 
     def _validation_due(self) -> bool:
+        """Every ``validation.every`` steps, step 0 (before any update) and the last."""
         every = self.config.validation.every
         if not every or not self.validation_tasks:
             return False
         return self.state.step % every == 0 or self.state.step == self.config.steps
+
+    def _validated(self, metrics: dict[str, float]) -> dict[str, float]:
+        """``metrics`` with :meth:`validate`'s figures and its wall time."""
+        started = time.perf_counter()
+        metrics = {**metrics, **self.validate()}
+        metrics["perf/validate_s"] = time.perf_counter() - started
+        return metrics
 
     def validate(self) -> dict[str, float]:
         """One greedy rollout per validation task with the current weights, scored

@@ -64,6 +64,7 @@ def train_task(params: TrainConfig, overwrite: bool = False) -> str:
     (:func:`slca.training.identity.plan_start`)."""
     hashes = data_hashes(params.in_dir)
     with training_session(params, resume=True, overwrite=overwrite, data_hashes=hashes) as trainer:
+        trainer.begin()  # the step-0 validation, as Trainer.run does it
         while not trainer.done:
             sampled = rollout_task(trainer)
             update_task(trainer, sampled, score_task(trainer, sampled))

@@ -24,7 +24,7 @@ from slca.config import SECTIONS, load_section, parse_section
 from slca.config.data import PrepareParams, ValidateParams
 from slca.config.evaluate import EvaluateParams
 from slca.config.simulator import SimulatorCheckParams
-from slca.config.steps import BaseModelParams, SFTParams, SummaryRMParams
+from slca.config.steps import BaseModelParams, PretrainParams, SFTParams, SummaryRMParams
 from slca.config.train import TrainConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,6 +35,7 @@ MODELS: dict[str, type[BaseModel]] = {
     "prepare": PrepareParams,
     "validate": ValidateParams,
     "simulator_check": SimulatorCheckParams,
+    "pretrain": PretrainParams,
     "base_model": BaseModelParams,
     "sft": SFTParams,
     "summary_rm": SummaryRMParams,

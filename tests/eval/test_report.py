@@ -4,7 +4,16 @@ import json
 
 import pytest
 
-from slca.eval.report import arm, markdown_table, paired_differences, summarise, write_report
+from slca.eval.report import (
+    LEARNING_FIGURE,
+    arm,
+    learning_curves,
+    markdown_table,
+    moving_average,
+    paired_differences,
+    summarise,
+    write_report,
+)
 from slca.tracking import RunRecord
 
 
@@ -129,3 +138,88 @@ def test_every_arm_is_compared_with_grpo_and_sft_task_by_task(tmp_path):
     assert summary["slca"]["paired"]["vs_sft"]["success_points"]["seeds"] == 2
     missing = {**per_run, "g1": None}
     assert set(paired_differences(summarise(runs), missing)["slca"]) == {"vs_sft"}
+
+
+def test_moving_average_is_trailing_and_starts_at_the_first_step():
+    assert moving_average([1, 2, 3, 4, 5], 2) == [1, 1.5, 2.5, 3.5, 4.5]
+    assert moving_average([0, 0, 0, 0, 5, 5, 5], 5) == [0, 0, 0, 0, 1, 2, 3]
+    assert moving_average([3, 1, 2], 1) == [3, 1, 2]
+    assert moving_average([2, 4], 10) == [2, 3]  # fewer steps than the window: all so far
+    assert moving_average([], 5) == []
+    with pytest.raises(ValueError, match="window"):
+        moving_average([1], 0)
+
+
+def learning_runs():
+    """Two GRPO seeds and one SLCA seed, each validated at steps 0, 2 and 4."""
+
+    def curves(val, reward):
+        return {
+            "val/success_at_0.9": list(zip([0, 2, 4], val)),
+            "reward/total": list(zip([1, 2, 3, 4], reward)),
+        }
+
+    return [
+        run("g0", "grpo", "0", curves=curves([0.2, 0.3, 0.4], [0.0, 1.0, 0.0, 1.0])),
+        run("g1", "grpo", "1", curves=curves([0.2, 0.5, 0.6], [1.0, 1.0, 1.0, 1.0])),
+        run("s0", "slca", "0", curves=curves([0.2, 0.6, 0.7], [0.0, 0.0, 0.0, 4.0])),
+        run("sft", name="eval-sft", **{"eval/in_domain/success_at_0.9": 0.2}),
+    ]
+
+
+def test_learning_curves_start_at_step_0_and_average_each_run_then_the_seeds():
+    val, reward = learning_curves(learning_runs(), window=2)
+    assert set(val) == {"grpo", "slca"}  # the SFT evaluation has no curve
+    assert sorted(val["grpo"]) == [0, 2, 4] and val["grpo"][0] == [0.2, 0.2]
+    assert val["slca"][4] == [0.7]
+    # each run's reward over its last 2 steps, then the seeds side by side
+    assert reward["grpo"] == {1: [0.0, 1.0], 2: [0.5, 1.0], 3: [0.5, 1.0], 4: [0.5, 1.0]}
+    assert reward["slca"] == {1: [0.0], 2: [0.0], 3: [0.0], 4: [2.0]}
+
+
+def test_the_learning_figure_is_written_when_runs_validated(tmp_path):
+    text = write_report(learning_runs(), tmp_path / "out", "t").read_text()
+    assert f"![learning curves]({LEARNING_FIGURE})" in text
+    assert "moving average over 5 steps" in text and "step 0 being the SFT policy" in text
+    assert (tmp_path / "out" / LEARNING_FIGURE).stat().st_size > 0
+    unvalidated = [run("a", "slca", curves={"reward/total": [(1, 0.1), (2, 0.3)]})]
+    text = write_report(unvalidated, tmp_path / "none", "t").read_text()
+    assert LEARNING_FIGURE not in text and not (tmp_path / "none" / LEARNING_FIGURE).exists()
+
+
+def test_the_value_probe_is_a_column_for_every_arm_that_has_it(tmp_path):
+    key = "eval/value_probe/value_accuracy"
+    runs = [
+        run("sft", name="eval-sft", **{key: 0.75, "eval/in_domain/success_at_0.9": 0.2}),
+        run("s0", "slca", **{key: 0.5, "eval/in_domain/success_at_0.9": 0.3}),
+        run("g0", "grpo", **{"eval/in_domain/success_at_0.9": 0.25}),
+    ]
+    table = markdown_table(summarise(runs))
+    assert "value probe (val)" in table.splitlines()[0]
+    assert "| sft | 1 | 20 ± 0 | 0.75 ± 0 |" in table
+    assert "| slca | 1 | 30 ± 0 | 0.5 ± 0 |" in table and "| grpo | 1 | 25 ± 0 | – |" in table
+    text = write_report(runs, tmp_path / "out", "t").read_text()
+    assert "value probe (val): the share of string argument values" in text
+    assert "value probe" not in markdown_table(summarise(runs[2:]))
+
+
+def test_the_learning_figure_goes_into_a_finished_run(tmp_path):
+    """MLflow takes an artifact into a run that has ended: the report logs its figure
+    into the training runs, which are all finished by then."""
+    pytest.importorskip("mlflow")
+    from mlflow.tracking import MlflowClient
+
+    from slca.eval.report import log_learning_figure
+    from slca.tracking import Tracker
+
+    with Tracker(tmp_path / "mlflow", experiment="e") as tracker:
+        tracker.start(run_name="grpo")
+        run_id = tracker.run_id
+    figure = tmp_path / LEARNING_FIGURE
+    figure.write_bytes(b"png")
+    log_learning_figure(figure, [run_id], tmp_path / "mlflow", "e")
+    client = MlflowClient(tracker.tracking_uri)
+    assert [a.path for a in client.list_artifacts(run_id, "report")] == [
+        f"report/{LEARNING_FIGURE}"
+    ]
+    assert client.get_run(run_id).info.status == "FINISHED"

@@ -4,6 +4,7 @@ import json
 
 import pytest
 from helpers import tiny_params
+from mlflow.tracking import MlflowClient
 
 from slca.config.data import PrepareParams
 from slca.config.evaluate import EvaluateParams
@@ -12,7 +13,14 @@ from slca.config.train import TrainConfig
 from slca.data import io
 from slca.data.prepare import prepare
 from slca.eval import report as report_module
-from slca.eval.stages import draw, evaluate, main, transcript
+from slca.eval.stages import (
+    draw,
+    evaluate,
+    main,
+    transcript,
+    value_probe_metrics,
+    value_probe_tasks,
+)
 from slca.grammar import parse_turn
 from slca.rollout.types import ExecutedCall, Rollout, Turn
 from slca.tracking import RUN_FILE, experiment_runs
@@ -28,7 +36,12 @@ def trained(tmp_path_factory):
     build_base_model(BaseModelParams(**params["base_model"]))
     run_sft(SFTParams(**params["sft"]))
     config = TrainConfig.model_validate(
-        {**params["train"], "estimator": "grpo", "curve_path": str(root / "curves/grpo.csv")}
+        {
+            **params["train"],
+            "estimator": "grpo",
+            "curve_path": str(root / "curves/grpo.csv"),
+            "validation": {"every": 1, "max_tasks": 2},  # the report's learning curves
+        }
     )
     run_id = run_train(config)
     return root, params, run_id
@@ -48,7 +61,7 @@ def test_train_writes_run_file_and_curves(trained):
     assert json.loads((root / "models/rl" / RUN_FILE).read_text())["run_id"] == run_id
     rows = (root / "curves/grpo.csv").read_text().splitlines()
     assert rows[0].startswith("step,reward/total,reward/tool")
-    assert [r.split(",")[0] for r in rows[1:]] == ["1", "2"]
+    assert [r.split(",")[0] for r in rows[1:]] == ["0", "1", "2"]  # 0: validation only
 
 
 def test_evaluate_writes_reports_and_logs_into_the_training_run(trained):
@@ -70,6 +83,35 @@ def test_evaluate_writes_reports_and_logs_into_the_training_run(trained):
     assert all({"text", "calls", "call_errors"} <= set(t) for t in first["turns"])
     (trained_run,) = [r for r in experiment_runs(root / "mlflow") if r.run_id == run_id]
     assert trained_run.metrics["eval/in_domain/process"] == metrics["in_domain/process"]
+    # the value probe on the val split's synth tasks, reported and logged as the rest
+    probe = {k: v for k, v in metrics.items() if k.startswith("value_probe/")}
+    assert set(probe) == {
+        "value_probe/value_accuracy",
+        "value_probe/first_token_accuracy",
+        "value_probe/later_token_accuracy",
+        "value_probe/values",
+    }
+    assert probe["value_probe/values"] > 0
+    assert all(0.0 <= probe[k] <= 1.0 for k in probe if k != "value_probe/values")
+    for key, value in probe.items():
+        assert trained_run.metrics[f"eval/{key}"] == value
+
+
+def test_value_probe_tasks_are_synth_val_tasks_capped_0_skipping(trained):
+    root, params, _ = trained
+    base = EvaluateParams.model_validate(params["evaluate"])
+    pool = [t for t in io.read_dataset(root / "data/tasks", ["val"]) if t.source == "synth"]
+    assert pool
+    every = value_probe_tasks(base.model_copy(update={"value_probe_tasks": None}))
+    assert [t.id for t in every] == sorted(t.id for t in pool)
+    capped = value_probe_tasks(base.model_copy(update={"value_probe_tasks": 1}))
+    assert len(capped) == 1 and capped[0].split == "val"
+    skipped = base.model_copy(update={"value_probe_tasks": 0})
+    assert value_probe_tasks(skipped) == []
+    # nothing to probe: no figure, and no model is needed (none is given)
+    assert value_probe_metrics(skipped, None, None, "cpu") == {}
+    empty = base.model_copy(update={"in_dir": str(root / "no-such-dir")})
+    assert value_probe_metrics(empty, None, None, "cpu") == {}
 
 
 def test_evaluate_scores_summaries_with_a_judge_on_its_own_engine(trained, tmp_path):
@@ -97,7 +139,7 @@ def test_evaluate_scores_summaries_with_a_judge_on_its_own_engine(trained, tmp_p
         evaluate(EvaluateParams.model_validate(settings))
 
 
-def test_the_sft_model_gets_its_own_run_and_the_report_compares(trained, tmp_path):
+def test_the_sft_model_gets_its_own_run_and_the_report_compares(trained, tmp_path, capsys):
     root, params, _ = trained
     evaluate(EvaluateParams.model_validate({**params["evaluate"], "run_name": "sft"}))
     runs = experiment_runs(root / "mlflow")
@@ -105,10 +147,25 @@ def test_the_sft_model_gets_its_own_run_and_the_report_compares(trained, tmp_pat
     path = report_module.report(root / "mlflow", "slca", tmp_path / "summary")
     text = path.read_text()
     assert "| sft | 1 |" in text and "| grpo |" in text
+    assert "value probe (val)" in text.splitlines()[2]  # the table's head
     # per-task lines read back from the store's artifacts: GRPO against SFT, task by task
     summary = json.loads((tmp_path / "summary/summary.json").read_text())
     assert summary["grpo"]["paired"]["vs_sft"]["success_points"]["tasks"] > 0
+    assert "eval/value_probe/value_accuracy" in summary["sft"]["mean"]
     assert (tmp_path / "summary/curve_reward_total.png").exists()
+    # the learning curves: in the report and in the training run, which stays finished
+    assert (tmp_path / "summary/curve_learning.png").exists()
+    client = MlflowClient(f"sqlite:///{root / 'mlflow/mlflow.db'}")
+    (grpo,) = [r for r in runs if report_module.arm(r) == "grpo"]
+    logged = [a.path for a in client.list_artifacts(grpo.run_id, "report")]
+    assert logged == ["report/curve_learning.png"]
+    assert client.get_run(grpo.run_id).info.status == "FINISHED"
+    assert [step for step, _ in grpo.curves["val/success_at_0.9"]] == [0, 1, 2]
+    # the command prints the table and the paired differences (before the first image)
+    again = ["--tracking-dir", str(root / "mlflow"), "--out", str(tmp_path / "again")]
+    assert report_module.main(again) == 0
+    printed = capsys.readouterr().out
+    assert "| grpo |" in printed and "Success@0.9 − SFT (points)" in printed
 
 
 def test_errors_name_the_problem(trained, tmp_path, capsys):

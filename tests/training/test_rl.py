@@ -150,26 +150,63 @@ def test_validation_scores_held_out_tasks_when_due_and_leaves_training_alone(wor
     plain, _, rec_plain = make(world, tmp_path / "plain", steps=3)
     plain.run()
     validated, _, rec_val = make(world, tmp_path / "val", steps=3, validation={"every": 2})
-    validated.validation_tasks = tasks[:1]
+    # the training task under another id, as a val task is: the simulator caches answers
+    # per task and group, and a cached answer comes back with its keys sorted, so
+    # validating the training task itself would change step 1's tool responses
+    validated.validation_tasks = [tasks[0].model_copy(update={"id": "val-" + tasks[0].id})]
     validated.run()
     logged = {step: m for step, m in rec_val.metrics}
-    assert [s for s, m in rec_val.metrics if "val/success_at_0.9" in m] == [2, 3]  # last too
+    # step 0 (before any update), every 2nd step, and the last
+    assert [s for s, m in rec_val.metrics if "val/success_at_0.9" in m] == [0, 2, 3]
     # the scripted policy's greedy answer (position 0 of each turn) is the right call and
     # the right figure: full marks, scored against gold like evaluate
     assert logged[2]["val/success_at_0.9"] == 1.0 and logged[2]["val/tasks"] == 1.0
     assert logged[3]["val/redundant_calls_per_task"] == 0.0
-    for (_, a), (_, b) in zip(rec_plain.metrics, rec_val.metrics):
+    trained = [(s, m) for s, m in rec_val.metrics if s > 0]
+    for (_, a), (_, b) in zip(rec_plain.metrics, trained, strict=True):
         for key in ("reward/tool", "adv/tool_std", "actor/pg_loss", "actor/grad_norm"):
             assert a[key] == b[key], key
 
 
-def test_validation_is_off_by_default_and_never_on_the_train_split(world, tmp_path):
-    trainer, _, recorder = make(world, tmp_path, steps=1)
+def test_validation_every_0_is_off_and_never_on_the_train_split(world, tmp_path):
+    trainer, _, recorder = make(world, tmp_path, steps=1, validation={"every": 0})
     trainer.validation_tasks = world[0][:1]
     trainer.run()
+    assert [s for s, _ in recorder.metrics] == [1]  # no step 0 either
     assert not any(k.startswith("val/") for k in recorder.metrics[0][1])
     with pytest.raises(ValueError, match="not held out"):
         TrainConfig.model_validate({"validation": {"every": 1, "split": "train"}})
+
+
+def test_step_0_validates_the_starting_policy_once_and_a_resume_skips_it(
+    world, tmp_path, monkeypatch
+):
+    """Step 0 is validated before the first update, with the starting weights, and logged
+    alone; a run restored from a checkpoint does not validate or log step 0 again."""
+    trainer, model, recorder = make(world, tmp_path, steps=1, validation={"every": 4})
+    trainer.validation_tasks = world[0][:1]
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    seen = []
+    original = Trainer.validate
+
+    def validate(self):
+        seen.append(all(torch.equal(start[k], v) for k, v in model.state_dict().items()))
+        return original(self)
+
+    monkeypatch.setattr(Trainer, "validate", validate)
+    trainer.run()
+    assert seen == [True, False]  # step 0 with the starting weights; step 1 (the last)
+    (zero, first), (one, _) = recorder.metrics
+    assert (zero, one) == (0, 1)
+    assert {k for k in first if not k.startswith("val/")} == {"perf/validate_s"}
+    assert first["val/success_at_0.9"] == 1.0 and first["val/tasks"] == 1.0
+    resumed, _, rec_resumed = make(world, tmp_path, steps=2, validation={"every": 4})
+    resumed.validation_tasks = world[0][:1]
+    assert resumed.restore()
+    resumed.begin()
+    assert rec_resumed.metrics == []
+    resumed.run()
+    assert [s for s, _ in rec_resumed.metrics] == [2]
 
 
 def test_reference_profile_reaches_segments_estimator_and_loss(world, tmp_path, monkeypatch):
@@ -295,7 +332,7 @@ def test_the_summary_scorer_is_built_once_for_every_step_and_validation(
     trainer, _, recorder = make(world, tmp_path, steps=3, validation={"every": 1})
     trainer.validation_tasks = world[0][:1]
     trainer.run()
-    assert [s for s, m in recorder.metrics if "val/summary" in m] == [1, 2, 3]
+    assert [s for s, m in recorder.metrics if "val/summary" in m] == [0, 1, 2, 3]
     assert len(built) == 1 and built[0] is trainer.summary_scorer
 
 
@@ -316,7 +353,7 @@ def test_validation_scores_with_the_run_summary_scorer_and_reward_settings(world
         )
         trainer.validation_tasks = world[0][:1]
         trainer.run()
-        figures[text] = recorder.metrics[0][1]
+        figures[text] = recorder.metrics[-1][1]  # step 1, after the update
     assert figures["degrees in"]["val/summary"] == 1.0
     assert figures["no such phrase"]["val/summary"] == 0.0
     assert figures["no such phrase"]["val/process"] == figures["no such phrase"]["val/format"]
@@ -328,7 +365,7 @@ def test_validation_stays_against_gold_when_the_run_rewards_execution(world, tmp
     )
     trainer.validation_tasks = world[0][:1]
     trainer.run()
-    assert recorder.metrics[0][1]["val/success_at_0.9"] == 1.0
+    assert recorder.metrics[-1][1]["val/success_at_0.9"] == 1.0
 
 
 def test_a_judge_without_its_engine_is_refused_when_the_trainer_is_built(world, tmp_path):
@@ -362,7 +399,9 @@ def test_every_phase_is_timed_in_the_step_metrics(world, tmp_path):
     trainer, _, recorder = make(world, tmp_path, steps=2, validation={"every": 2})
     trainer.validation_tasks = world[0][:1]
     trainer.run()
-    for step, m in recorder.metrics:
+    (zero, validated), *steps = recorder.metrics
+    assert zero == 0 and validated["perf/validate_s"] > 0  # step 0 times validation only
+    for step, m in steps:
         assert all(m[f"perf/{p}_s"] > 0 for p in PHASES), m
         assert m["perf/backward_s"] + m["perf/optimizer_s"] <= m["perf/update_s"]
         parts = sum(m[f"perf/{p}_s"] for p in ("rollout", "score", "logprobs", "update"))

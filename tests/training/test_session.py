@@ -142,7 +142,7 @@ def test_validation_draws_a_fitting_seeded_subset_of_the_held_out_split(workspac
 
     root, _ = workspace
     _, tokenizer = load_causal_lm(root / "models/base")
-    assert validation_tasks(train_config(root), tokenizer) == []  # off by default
+    assert validation_tasks(train_config(root), tokenizer) == []  # tiny_params: every 0
     config = train_config(root, validation={"every": 1, "max_tasks": 3})
     drawn = validation_tasks(config, tokenizer)
     assert len(drawn) == 3 and {t.split for t in drawn} == {"val"}
@@ -160,7 +160,9 @@ def test_validation_draws_a_fitting_seeded_subset_of_the_held_out_split(workspac
         "checkpoint_dir": str(root / "checkpoints/rl_val"),
     }
     run_id = run_train(train_config(root, **settings))
-    assert history(root, run_id, "val/success_at_0.9") == [1, 2]
+    # step 0: the SFT policy, validated before the first update
+    assert history(root, run_id, "val/success_at_0.9") == [0, 1, 2]
+    assert history(root, run_id, "reward/tool") == [1, 2]
 
 
 def test_the_session_builds_the_configured_simulator_and_judge_once(workspace, tmp_path):
