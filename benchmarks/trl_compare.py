@@ -503,7 +503,7 @@ def build_workspace(args, workspace: Path) -> dict[str, Any]:
 
     tasks = generate(SynthParams(n_tasks=args.n_tasks), seed=args.seed)
     (workspace / "tasks.jsonl").write_text("".join(t.model_dump_json() + "\n" for t in tasks))
-    base = BaseModelParams()  # the `tiny` base model's defaults
+    base = BaseModelParams(kind="tiny")  # the `tiny` base model's defaults
     tokenizer = train_tokenizer(_texts_for_tokenizer(tasks), base.vocab_size)
     model = tiny_model(
         tokenizer,

@@ -106,6 +106,8 @@ def tiny_params(root: Path) -> dict:
             "warmup_steps": 2,
         },
         "base_model": {
+            # built here, 2 layers x 32: the shipped demo base is 3 x 128
+            "kind": "tiny",
             "in_dir": str(root / "data/tasks"),
             "out_dir": str(root / "models/base"),
             "vocab_size": 400,

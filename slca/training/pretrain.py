@@ -299,8 +299,22 @@ def _megabytes(directory: Path) -> float:
     return round(sum(p.stat().st_size for p in directory.glob("*.safetensors")) / 2**20, 2)
 
 
+REPOSITORY = Path(__file__).resolve().parents[2]
+
+
+def shipped_dir(directory: str | Path) -> Path:
+    """``directory`` as given, or, when it is relative and not there, under the
+    repository root (where ``assets/demo-base`` ships), so a run from another working
+    directory finds the base."""
+    path = Path(directory)
+    if path.is_absolute() or path.exists() or not (REPOSITORY / path).exists():
+        return path
+    return REPOSITORY / path
+
+
 def install_pretrained(source: str | Path, out_dir: str | Path) -> Path:
     """Copy the verified shipped base into ``out_dir`` (written then renamed)."""
+    source = shipped_dir(source)
     verify_pretrained(source)
     out = Path(out_dir)
     with io.atomic_dir(out) as tmp:
