@@ -188,7 +188,7 @@ def run_pretrain(params: PretrainParams, progress: Any = None) -> dict[str, Any]
     from slca.training.engines import build_engine
     from slca.training.sft import build_example, sft, summary_for
     from slca.training.stages import _texts_for_tokenizer
-    from slca.training.tiny import tiny_model, train_tokenizer
+    from slca.training.tiny import build_tiny
 
     size = _weights_mb(params)
     if size > params.max_weight_mb:
@@ -200,20 +200,7 @@ def run_pretrain(params: PretrainParams, progress: Any = None) -> dict[str, Any]
     corpus, dropped = build_corpus(params, heldout)
     check_disjoint(corpus, heldout, "the generated corpus")
     started = time.monotonic()
-    tokenizer = train_tokenizer(
-        _texts_for_tokenizer(corpus),
-        params.vocab_size,
-        isolate_spaces_and_digits=params.isolate_spaces_and_digits,
-    )
-    model = tiny_model(
-        tokenizer,
-        seed=params.init_seed,
-        hidden_size=params.hidden_size,
-        num_hidden_layers=params.num_hidden_layers,
-        num_attention_heads=params.num_attention_heads,
-        num_key_value_heads=params.num_key_value_heads,
-        intermediate_size=params.intermediate_size,
-    )
+    tokenizer, model = build_tiny(_texts_for_tokenizer(corpus), params, params.init_seed)
     simulator = Simulator()
     examples, too_long = [], 0
     for task in corpus:

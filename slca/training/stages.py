@@ -64,23 +64,10 @@ def build_base_model(params: BaseModelParams) -> Path:
             model, tokenizer = load_causal_lm(source)
             tokenizer.chat_template = checked.chat_template
         else:
-            from slca.training.tiny import pretrain_copying, tiny_model, train_tokenizer
+            from slca.training.tiny import build_tiny, pretrain_copying
 
             texts = _texts_for_tokenizer(io.load_train_set(params.in_dir))
-            tokenizer = train_tokenizer(
-                texts,
-                params.vocab_size,
-                isolate_spaces_and_digits=params.isolate_spaces_and_digits,
-            )
-            model = tiny_model(
-                tokenizer,
-                seed=params.seed,
-                hidden_size=params.hidden_size,
-                num_hidden_layers=params.num_hidden_layers,
-                num_attention_heads=params.num_attention_heads,
-                num_key_value_heads=params.num_key_value_heads,
-                intermediate_size=params.intermediate_size,
-            )
+            tokenizer, model = build_tiny(texts, params, params.seed)
             if params.copy_pretrain_steps:
                 pretrain_copying(
                     model, tokenizer, texts, steps=params.copy_pretrain_steps, seed=params.seed

@@ -107,6 +107,30 @@ def tiny_model(
     return model
 
 
+def build_tiny(
+    texts: Iterable[str], settings: Any, seed: int
+) -> tuple[PreTrainedTokenizerFast, Qwen2ForCausalLM]:
+    """A tokenizer trained on ``texts`` and a randomly initialised model for it, sized by
+    ``settings`` (the shared fields of ``base_model`` and ``pretrain``: vocab_size,
+    isolate_spaces_and_digits, hidden_size, num_hidden_layers, num_attention_heads,
+    num_key_value_heads, intermediate_size)."""
+    tokenizer = train_tokenizer(
+        texts,
+        settings.vocab_size,
+        isolate_spaces_and_digits=settings.isolate_spaces_and_digits,
+    )
+    model = tiny_model(
+        tokenizer,
+        seed=seed,
+        hidden_size=settings.hidden_size,
+        num_hidden_layers=settings.num_hidden_layers,
+        num_attention_heads=settings.num_attention_heads,
+        num_key_value_heads=settings.num_key_value_heads,
+        intermediate_size=settings.intermediate_size,
+    )
+    return tokenizer, model
+
+
 def pretrain_copying(
     model: Qwen2ForCausalLM,
     tokenizer: PreTrainedTokenizerFast,
