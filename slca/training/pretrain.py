@@ -110,6 +110,8 @@ def verify_pretrained(directory: str | Path) -> dict[str, Any]:
         raise ConfigError(
             f"base_model: {card_path}: no readable model card ({exc.__class__.__name__}); {restore}"
         ) from None
+    if not expected:  # a card that lists nothing would vouch for anything
+        raise ConfigError(f"base_model: {card_path} lists no file; {restore}")
     for name, sha in expected.items():
         path = directory / name
         if not path.is_file():
@@ -302,10 +304,11 @@ def shipped_dir(directory: str | Path) -> Path:
 def install_pretrained(source: str | Path, out_dir: str | Path) -> Path:
     """Copy the verified shipped base into ``out_dir`` (written then renamed)."""
     source = shipped_dir(source)
-    verify_pretrained(source)
+    card = verify_pretrained(source)
     out = Path(out_dir)
     with io.atomic_dir(out) as tmp:
-        for path in Path(source).iterdir():
-            if path.is_file():
-                shutil.copy2(path, tmp / path.name)
+        # only what the card vouches for, and the card itself
+        for name in [*card["files"], CARD, "README.md"]:
+            if (source / name).is_file():
+                shutil.copy2(source / name, tmp / name)
     return out

@@ -177,6 +177,10 @@ def _file_list_not_a_mapping(path: Path) -> None:
     path.write_text('{"files": ["model.safetensors"]}')
 
 
+def _empty_file_list(path: Path) -> None:
+    path.write_text('{"files": {}}')
+
+
 @pytest.mark.parametrize(
     "name, damage",
     [
@@ -188,6 +192,7 @@ def _file_list_not_a_mapping(path: Path) -> None:
         (CARD, _garbled),
         (CARD, _no_file_list),
         (CARD, _file_list_not_a_mapping),
+        (CARD, _empty_file_list),
     ],
     ids=[
         "weights-missing",
@@ -198,6 +203,7 @@ def _file_list_not_a_mapping(path: Path) -> None:
         "garbled",
         "no-files",
         "files-a-list",
+        "files-empty",
     ],
 )
 def test_a_damaged_base_is_one_line_naming_the_file_and_how_to_restore_it(base_dir, name, damage):
@@ -290,10 +296,21 @@ def test_base_model_pretrained_installs_a_verified_copy(pretrained, tmp_path):
 
     params, _ = pretrained
     source = Path(params.out_dir)
+    stray = source / "unlisted.bin"  # not vouched for by the card: never copied
+    stray.write_bytes(b"x")
+    try:
+        out = build_base_model(
+            BaseModelParams(
+                kind="pretrained", pretrained_dir=str(source), out_dir=str(tmp_path / "b")
+            )
+        )
+    finally:
+        stray.unlink()
+    assert not (out / "unlisted.bin").exists()
     out = build_base_model(
-        BaseModelParams(kind="pretrained", pretrained_dir=str(source), out_dir=str(tmp_path / "b"))
+        BaseModelParams(kind="pretrained", pretrained_dir=str(source), out_dir=str(tmp_path / "c"))
     )
-    assert out == tmp_path / "b"
+    assert out == tmp_path / "c"
     assert {p.name: p.read_bytes() for p in out.iterdir()} == {
         p.name: p.read_bytes() for p in source.iterdir()
     }
