@@ -189,7 +189,7 @@ def run_pretrain(params: PretrainParams, progress: Any = None) -> dict[str, Any]
     from slca.simulator import Simulator
     from slca.training.engines import build_engine
     from slca.training.sft import build_example, sft, summary_for
-    from slca.training.stages import _texts_for_tokenizer
+    from slca.training.stages import _save, _texts_for_tokenizer
     from slca.training.tiny import build_tiny
 
     size = _weights_mb(params)
@@ -234,10 +234,7 @@ def run_pretrain(params: PretrainParams, progress: Any = None) -> dict[str, Any]
         if progress is not None:
             progress(step, loss)
         if params.snapshot_dir and step % params.snapshot_every == 0:
-            snapshot = Path(params.snapshot_dir) / f"step-{step:06d}"
-            with io.atomic_dir(snapshot) as tmp:
-                model.save_pretrained(tmp)
-                tokenizer.save_pretrained(tmp)
+            _save(model, tokenizer, str(Path(params.snapshot_dir) / f"step-{step:06d}"))
 
     torch.manual_seed(params.init_seed)
     losses = sft(
