@@ -51,7 +51,7 @@ def main() -> int:
     from slca.simulator import Simulator
     from slca.training.batch import first_position, token_logprobs
     from slca.training.sft import build_example
-    from slca.training.stages import _texts_for_tokenizer
+    from slca.training.tiny import tokenizer_texts
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--in-dir", type=Path, default=REPO / "data/tasks")
@@ -62,7 +62,7 @@ def main() -> int:
     torch.manual_seed(0)
     tasks = io.load_train_set(args.in_dir)
     synth = [t for t in tasks if t.source == "synth"][:32]
-    texts = _texts_for_tokenizer(tasks)
+    texts = tokenizer_texts(tasks)
     names = list(CANDIDATES) + (["smollm2-135m"] if args.smollm2 else [])
     built = {name: build(name, texts, args.work) for name in names}
     simulator = Simulator()

@@ -498,13 +498,12 @@ def build_workspace(args, workspace: Path) -> dict[str, Any]:
     from slca.config.data import SynthParams
     from slca.config.steps import BaseModelParams
     from slca.data.synth import generate
-    from slca.training.stages import _texts_for_tokenizer
-    from slca.training.tiny import tiny_model, train_tokenizer
+    from slca.training.tiny import tiny_model, tokenizer_texts, train_tokenizer
 
     tasks = generate(SynthParams(n_tasks=args.n_tasks), seed=args.seed)
     (workspace / "tasks.jsonl").write_text("".join(t.model_dump_json() + "\n" for t in tasks))
     base = BaseModelParams(kind="tiny")  # the `tiny` base model's defaults
-    tokenizer = train_tokenizer(_texts_for_tokenizer(tasks), base.vocab_size)
+    tokenizer = train_tokenizer(tokenizer_texts(tasks), base.vocab_size)
     model = tiny_model(
         tokenizer,
         seed=base.seed,

@@ -382,7 +382,13 @@ def _short(value: float, cap: int) -> str:
 
 def report(args: argparse.Namespace) -> Path:
     cap = args.steps or _configured_steps(args.params)
-    result = analyse(collect(args), cap)
+    runs = collect(args)
+    if not runs:
+        raise SystemExit(
+            f"credit lab: no finished run of experiment {args.experiment!r} in "
+            f"{args.tracking_dir}; each run's log is under {args.work / 'runs'}"
+        )
+    result = analyse(runs, cap)
     args.out.mkdir(parents=True, exist_ok=True)
     plot(result, args.out)
     text = markdown(result, cap)

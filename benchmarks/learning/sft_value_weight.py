@@ -22,7 +22,7 @@ from slca.simulator import Simulator
 from slca.training import sft as S
 from slca.training.batch import first_position, token_logprobs
 from slca.training.engines import build_engine
-from slca.training.stages import _save
+from slca.training.tiny import save_checkpoint
 
 
 def main() -> None:
@@ -60,7 +60,7 @@ def main() -> None:
             engine.step()
             if engine.steps % 50 == 0:
                 print(f"step {engine.steps} loss {loss.item():.3f}", flush=True)
-    _save(model, tokenizer, out)
+    save_checkpoint(model, tokenizer, out)
     print("saved", out)
 
 

@@ -189,8 +189,7 @@ def run_pretrain(params: PretrainParams, progress: Any = None) -> dict[str, Any]
     from slca.simulator import Simulator
     from slca.training.engines import build_engine
     from slca.training.sft import build_example, sft, summary_for
-    from slca.training.stages import _save, _texts_for_tokenizer
-    from slca.training.tiny import build_tiny
+    from slca.training.tiny import build_tiny, save_checkpoint, tokenizer_texts
 
     size = _weights_mb(params)
     if size > params.max_weight_mb:
@@ -202,7 +201,7 @@ def run_pretrain(params: PretrainParams, progress: Any = None) -> dict[str, Any]
     corpus, dropped = build_corpus(params, heldout)
     check_disjoint(corpus, heldout, "the generated corpus")
     started = time.monotonic()
-    tokenizer, model = build_tiny(_texts_for_tokenizer(corpus), params, params.init_seed)
+    tokenizer, model = build_tiny(tokenizer_texts(corpus), params, params.init_seed)
     simulator = Simulator()
     examples, too_long = [], 0
     for task in corpus:
@@ -234,7 +233,7 @@ def run_pretrain(params: PretrainParams, progress: Any = None) -> dict[str, Any]
         if progress is not None:
             progress(step, loss)
         if params.snapshot_dir and step % params.snapshot_every == 0:
-            _save(model, tokenizer, str(Path(params.snapshot_dir) / f"step-{step:06d}"))
+            save_checkpoint(model, tokenizer, str(Path(params.snapshot_dir) / f"step-{step:06d}"))
 
     torch.manual_seed(params.init_seed)
     losses = sft(

@@ -20,24 +20,7 @@ from slca.config.loader import stage_parser
 from slca.config.steps import BaseModelParams, PretrainParams, SFTParams, SummaryRMParams
 from slca.config.train import TrainConfig
 from slca.data import io
-from slca.jsonutil import canonical_json
 from slca.training.session import data_hashes, run_train
-
-
-def _texts_for_tokenizer(tasks: list[Any]) -> list[str]:
-    from slca.training.sft import reference_summary
-
-    texts = []
-    for task in tasks:
-        texts += [m.content for m in task.messages]
-        texts += [canonical_json(t.model_dump()) for t in task.tools]
-        texts += [
-            canonical_json({"name": c.name, "arguments": c.arguments})
-            for step in task.gold
-            for c in step
-        ]
-        texts.append(reference_summary(task))
-    return texts
 
 
 def build_base_model(params: BaseModelParams) -> Path:
@@ -64,9 +47,9 @@ def build_base_model(params: BaseModelParams) -> Path:
             model, tokenizer = load_causal_lm(source)
             tokenizer.chat_template = checked.chat_template
         else:
-            from slca.training.tiny import build_tiny, pretrain_copying
+            from slca.training.tiny import build_tiny, pretrain_copying, tokenizer_texts
 
-            texts = _texts_for_tokenizer(io.load_train_set(params.in_dir))
+            texts = tokenizer_texts(io.load_train_set(params.in_dir))
             tokenizer, model = build_tiny(texts, params, params.seed)
             if params.copy_pretrain_steps:
                 pretrain_copying(
@@ -83,7 +66,7 @@ def build_summary_rm(params: SummaryRMParams, progress: Any = None) -> dict[str,
     from transformers import AutoTokenizer, Qwen2ForSequenceClassification
 
     from slca.training.summary_rm import pair_accuracy, preference_pairs, train_reward_model
-    from slca.training.tiny import tiny_config
+    from slca.training.tiny import save_checkpoint, tiny_config
 
     def tasks(split: str) -> list[Any]:
         found = [
@@ -121,20 +104,13 @@ def build_summary_rm(params: SummaryRMParams, progress: Any = None) -> dict[str,
         progress=progress,
     )
     after = pair_accuracy(model, tokenizer, val, params.max_length)
-    _save(model, tokenizer, params.out_dir)
+    save_checkpoint(model, tokenizer, params.out_dir)
     return {
         "summary_rm/pairs": float(len(train)),
         **_loss_figures("summary_rm", losses),
         "summary_rm/val_accuracy_untrained": before["accuracy"],
         **{f"summary_rm/val_{k}": v for k, v in after.items()},
     }
-
-
-def _save(model: Any, tokenizer: Any, out_dir: str) -> None:
-    """The model and its tokenizer, written then renamed into ``out_dir``."""
-    with io.atomic_dir(out_dir) as tmp:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
 
 
 def _loss_figures(prefix: str, losses: list[float]) -> dict[str, float]:
@@ -152,6 +128,7 @@ def run_sft(params: SFTParams, progress: Any = None) -> dict[str, float]:
     from slca.simulator import Simulator
     from slca.training.engines import build_engine
     from slca.training.sft import build_example, reference_summary, sft, summary_for
+    from slca.training.tiny import save_checkpoint
 
     model, tokenizer = load_causal_lm(params.base_dir, dtype="float32")
     simulator = Simulator()
@@ -190,7 +167,7 @@ def run_sft(params: SFTParams, progress: Any = None) -> dict[str, float]:
         group_by_length=params.group_by_length,
         progress=progress,
     )
-    _save(model, tokenizer, params.out_dir)
+    save_checkpoint(model, tokenizer, params.out_dir)
     return {
         **_loss_figures("sft", losses),
         "sft/steps": float(len(losses)),

@@ -14,6 +14,8 @@ from typing import Any
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
+from slca.data import io
+from slca.jsonutil import canonical_json
 from slca.rollout.chat import END_OF_TURN, HERMES_TEMPLATE
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", END_OF_TURN)
@@ -184,3 +186,28 @@ def pretrain_copying(
         losses.append(loss.item())
     model.eval()
     return losses
+
+
+def tokenizer_texts(tasks: list[Any]) -> list[str]:
+    """What a tiny tokenizer is trained on: every message, tool schema, gold call and
+    reference summary of ``tasks``, so each is spelt by few tokens."""
+    from slca.training.sft import reference_summary
+
+    texts = []
+    for task in tasks:
+        texts += [m.content for m in task.messages]
+        texts += [canonical_json(t.model_dump()) for t in task.tools]
+        texts += [
+            canonical_json({"name": c.name, "arguments": c.arguments})
+            for step in task.gold
+            for c in step
+        ]
+        texts.append(reference_summary(task))
+    return texts
+
+
+def save_checkpoint(model: Any, tokenizer: Any, out_dir: str) -> None:
+    """The model and its tokenizer, written then renamed into ``out_dir``."""
+    with io.atomic_dir(out_dir) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)

@@ -207,3 +207,11 @@ def test_the_lab_end_to_end_on_a_tiny_policy(tmp_path):
     assert {(a["method"], a["spread"]) for a in summary["arms"]} == {("grpo", 2), ("slca", 2)}
     assert (out / "lab_tool_accuracy.png").stat().st_size > 0
     assert "| 2 | slca |" in (out / "lab.md").read_text()
+
+
+def test_a_report_with_no_finished_run_names_the_store_and_the_logs(tmp_path):
+    """Every run failed (or none ran): one line that says where to look, not a plot error."""
+    argv = ["--report-only", "--work", str(tmp_path / "work"), "--out", str(tmp_path / "out")]
+    with pytest.raises(SystemExit, match=r"no finished run of experiment 'credit-lab'.*runs"):
+        lab.main(argv)
+    assert not (tmp_path / "out" / "lab.md").exists()
