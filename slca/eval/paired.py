@@ -48,13 +48,18 @@ def redundant_by_task(lines: Iterable[Mapping]) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class PairedDifference:
-    """Mean of arm − baseline over the paired tasks, and its bootstrap interval."""
+    """Mean of arm − baseline over the paired tasks, and its bootstrap interval.
+
+    ``no_difference``: no paired task differs, so there is nothing to resample and the
+    interval [0, 0] would look decisive when it only says that nothing changed; reports
+    print "no difference observed" instead."""
 
     mean: float
     low: float
     high: float
     tasks: int
     seeds: int
+    no_difference: bool = False
 
 
 def paired_difference(
@@ -92,7 +97,9 @@ def paired_difference(
     diffs = np.array([[a[t] - b[t] for t in tasks] for a, b in pairs]).mean(axis=0)
     mean = float(diffs.mean())
     if np.ptp(diffs) == 0:  # every task differs alike: the bootstrap has nothing to vary
-        return PairedDifference(mean, mean, mean, len(tasks), len(pairs))
+        return PairedDifference(
+            mean, mean, mean, len(tasks), len(pairs), no_difference=not diffs.any()
+        )
     result = stats.bootstrap(
         (diffs,),
         np.mean,

@@ -176,6 +176,7 @@ def paired_differences(
                     "high": d.high * scale,
                     "tasks": d.tasks,
                     "seeds": d.seeds,
+                    "no_difference": d.no_difference,
                 }
     return out
 
@@ -187,6 +188,8 @@ def paired_table(paired: Mapping[str, Mapping[str, Mapping[str, Mapping[str, flo
         d = paired.get(arm, {}).get(f"vs_{base}", {}).get(measure)
         if d is None:
             return "–"
+        if d.get("no_difference"):
+            return f"no difference observed ({d['tasks']} tasks)"
         return f"{d['mean']:{fmt}} [{d['low']:{fmt}}, {d['high']:{fmt}}]"
 
     head = [

@@ -49,7 +49,13 @@ def test_the_interval_covers_a_known_shift_and_excludes_zero():
     true = np.mean([better[t] - base[t] for t in base])
     assert d.mean == pytest.approx(true) and 0 < d.low < true < d.high
     same = paired_difference({"0": base}, {"0": base})
-    assert (same.mean, same.low, same.high) == (0.0, 0.0, 0.0)
+    assert (same.mean, same.low, same.high) == (0.0, 0.0, 0.0) and same.no_difference
+    assert not d.no_difference
+
+
+def test_a_uniform_nonzero_shift_is_degenerate_but_not_no_difference():
+    d = paired_difference({"0": {"a": 1.0, "b": 1.0}}, {"0": {"a": 0.0, "b": 0.0}})
+    assert (d.low, d.high) == (1.0, 1.0) and not d.no_difference
 
 
 def test_the_interval_is_reproducible_from_its_seed():

@@ -140,6 +140,14 @@ def test_every_arm_is_compared_with_grpo_and_sft_task_by_task(tmp_path):
     assert set(paired_differences(summarise(runs), missing)["slca"]) == {"vs_sft"}
 
 
+def test_arms_that_succeed_on_the_same_tasks_print_no_difference_observed(tmp_path):
+    runs = [run("sft", name="eval-sft"), run("g0", "grpo", "0"), run("s0", "slca", "0")]
+    per_run = {"sft": lines([0, 0, 1]), "g0": lines([1, 0, 1]), "s0": lines([1, 0, 1])}
+    text = write_report(runs, tmp_path / "out", "t", per_run).read_text()
+    assert "| slca | no difference observed (3 tasks) |" in text
+    assert "[+0.0, +0.0]" not in text
+
+
 def test_moving_average_is_trailing_and_starts_at_the_first_step():
     assert moving_average([1, 2, 3, 4, 5], 2) == [1, 1.5, 2.5, 3.5, 4.5]
     assert moving_average([0, 0, 0, 0, 5, 5, 5], 5) == [0, 0, 0, 0, 1, 2, 3]
