@@ -141,6 +141,40 @@ class ImportSpec(StrictModel):
     )
 
 
+SCHEMA_DEPTH_CEILING = 64
+"""The deepest ``prepare.limits.max_schema_depth`` may allow: deeper, the JSON Schema
+meta-check recurses past Python's stack."""
+
+
+class DataLimits(StrictModel):
+    """How large one task may be (``slca.data.limits``). ``prepare`` and ``slca data
+    import`` reject a task over a limit (a reject line, reason ``over_limit``); the
+    manifest records the limits when they differ from these defaults, and every reader
+    of the stored data (validate, the simulator check, SFT, training, evaluation) refuses
+    a task over its manifest's limits with one line naming the file, task and field. A
+    schema nested thousands deep would crash those readers (Python's recursion limit),
+    and a megabyte description multiplies training's memory."""
+
+    max_schema_depth: int = Field(
+        32,
+        ge=1,
+        le=SCHEMA_DEPTH_CEILING,
+        description="Most levels a tool's parameters or response schema may nest: the root "
+        "is level 1, a schema inside properties, items or anyOf one deeper (the deepest "
+        "real source, NESTFUL's response schemas, reaches 30). At most 64: past that the "
+        "JSON Schema meta-check recurses beyond Python's stack.",
+    )
+    max_description_bytes: int = Field(
+        65536, ge=1, description="Largest tool description, in UTF-8 bytes (64 KiB)."
+    )
+    max_task_bytes: int = Field(
+        1048576,
+        ge=1,
+        description="Largest task, in UTF-8 bytes of its stored JSON: prompt, tools, gold, "
+        "facts, world and answer together (1 MiB).",
+    )
+
+
 class PrepareParams(StrictModel):
     """The ``prepare`` stage: import, split, write parquet + manifest."""
 
@@ -164,6 +198,11 @@ class PrepareParams(StrictModel):
         le=1,
         description="Fail prepare when an import rejects more than this share of its rows "
         "(the error names the file and the top reasons).",
+    )
+    limits: DataLimits = Field(
+        default_factory=DataLimits,
+        description="How large a task may be; recorded in the manifest when not the "
+        "defaults, and held to by every stage that reads the data.",
     )
     synth: SynthParams = Field(default_factory=SynthParams)
     splits: SplitParams = Field(default_factory=SplitParams)

@@ -15,6 +15,8 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
+from slca.config.data import DataLimits
+from slca.data import limits as _limits
 from slca.data.record import REFERENCE_RE
 
 Problem = tuple[str, str]
@@ -42,26 +44,78 @@ def _schema_error(schema_json: str) -> str | None:
     except SchemaError as e:
         path = "/".join(str(p) for p in e.path)
         return f"invalid JSON Schema at '{path}': {e.message}"
+    except RecursionError:  # the depth limit keeps schemas far from this; never a crash
+        return "nests too deep to check"
     return None
 
 
-def schema_problems(tools: list[dict[str, Any]]) -> list[Problem]:
-    """Each tool's ``parameters`` and ``response`` must be a valid JSON Schema.
+@lru_cache(maxsize=4096)
+def _too_deep(schema_json: str, limit: int) -> bool:
+    """The depth walk of one schema, once per distinct schema and limit."""
+    try:
+        return _limits.schema_depth_over(json.loads(schema_json), limit)
+    except RecursionError:
+        return True
 
-    Checked once per distinct schema (tools repeat across records).
-    """
-    out: list[Problem] = []
+
+def _canonical(schema: dict[str, Any] | bool) -> str | None:
+    """The cache key of a schema; None when it nests too deep even to serialise."""
+    try:
+        return json.dumps(schema, sort_keys=True)
+    except RecursionError:
+        return None
+
+
+def _schemas_within(
+    tools: list[dict[str, Any]], limits: DataLimits
+) -> tuple[list[Problem], list[tuple[str, Any, str | None]]]:
+    """The tools' size problems, and every schema within the limits as (field, tool
+    name, canonical JSON; None when it is not a schema at all). The JSON is made once
+    per schema: it is the cache key of both the depth walk and the meta-check."""
+    over: list[Problem] = []
+    schemas: list[tuple[str, Any, str | None]] = []
     for i, tool in enumerate(tools):
+        big = _limits.description_problem(i, tool, limits)
+        if big is not None:
+            over.append(big)
         for key in ("parameters", "response"):
             schema = tool.get(key)
             if schema is None and key == "response":
                 continue
+            field, name = f"tools[{i}].{key}", tool.get("name")
             if not isinstance(schema, dict | bool):
-                out.append((f"tools[{i}].{key}", f"{tool.get('name')!r}: not a JSON Schema"))
+                schemas.append((field, name, None))
                 continue
-            err = _schema_error(json.dumps(schema, sort_keys=True))
-            if err:
-                out.append((f"tools[{i}].{key}", f"{tool.get('name')!r}: {err}"))
+            text = _canonical(schema)
+            if text is None or _too_deep(text, limits.max_schema_depth):
+                over.append((field, _limits.too_deep(name, limits)))
+            else:
+                schemas.append((field, name, text))
+    return over, schemas
+
+
+def limit_problems(tools: list[dict[str, Any]], limits: DataLimits | None = None) -> list[Problem]:
+    """Each tool over the size ``limits`` (the defaults unless given): a description
+    over ``max_description_bytes``, a ``parameters`` or ``response`` schema nested past
+    ``max_schema_depth`` (walked once per distinct schema)."""
+    return _schemas_within(tools, limits or DataLimits())[0]
+
+
+def schema_problems(tools: list[dict[str, Any]], limits: DataLimits | None = None) -> list[Problem]:
+    """The tools' :func:`limit_problems` when there are any (a schema nested past the
+    limit is never handed to the recursive meta-check); otherwise each tool's
+    ``parameters`` and ``response`` that is not a valid JSON Schema.
+
+    Checked once per distinct schema (tools repeat across records).
+    """
+    over, schemas = _schemas_within(tools, limits or DataLimits())
+    if over:
+        return over
+    out: list[Problem] = []
+    for field, name, text in schemas:
+        err = "not a JSON Schema" if text is None else _schema_error(text)
+        if err:
+            out.append((field, f"{name!r}: {err}"))
     return out
 
 
@@ -125,7 +179,12 @@ def gold_problems(tools: list[dict[str, Any]], gold: list[list[dict[str, Any]]])
     return out
 
 
-def record_problems(record: dict[str, Any]) -> list[Problem]:
-    """All semantic problems of one record given as plain JSON data."""
+def record_problems(record: dict[str, Any], limits: DataLimits | None = None) -> list[Problem]:
+    """All semantic problems of one record given as plain JSON data. Tools over the
+    size ``limits`` (default: the defaults) are the only problems reported: nothing is
+    checked against a schema nested past them."""
     tools = record.get("tools") or []
-    return schema_problems(tools) + gold_problems(tools, record.get("gold") or [])
+    over = limit_problems(tools, limits)
+    if over:
+        return over
+    return schema_problems(tools, limits) + gold_problems(tools, record.get("gold") or [])

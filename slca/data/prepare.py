@@ -21,9 +21,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from slca.config.data import PrepareParams
+from slca.config.data import DataLimits, PrepareParams
 from slca.config.loader import load_stage_section, stage_parser
 from slca.data import importers, io, splits, synth
+from slca.data import limits as limits_mod
 from slca.data.checks import record_problems
 from slca.data.record import SPLITS, TaskRecord
 from slca.data.sources import FieldError, MissingSource, SourceItem
@@ -69,7 +70,9 @@ def _items(source: str, p: PrepareParams, roots: dict[str, Path]) -> Iterable[So
     raise ValueError(f"unknown source {source!r}")
 
 
-def _build(source: str, item: SourceItem) -> TaskRecord:
+def _build(source: str, item: SourceItem, limits: DataLimits | None = None) -> TaskRecord:
+    """One source record, checked; ``limits``: ``prepare.limits`` (default: the defaults)."""
+    limits = limits or DataLimits()
     try:
         rec = item.build()
     except FieldError as e:
@@ -81,7 +84,10 @@ def _build(source: str, item: SourceItem) -> TaskRecord:
         raise PrepareError(source, item.ref, field, err["msg"] + more) from None
     except (KeyError, TypeError, AttributeError) as e:
         raise PrepareError(source, item.ref, "<record>", f"{type(e).__name__}: {e}") from None
-    problems = record_problems(rec.model_dump(mode="json"))
+    problems = record_problems(rec.model_dump(mode="json"), limits)
+    if not problems:  # the tools are within the limits: the whole task may be stored
+        size = limits_mod.task_size_problem(io.row_bytes(io.record_to_row(rec)), limits)
+        problems = [size] if size else []
     if problems:
         field, msg = problems[0]
         more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
@@ -104,7 +110,7 @@ def collect(
             its = items_fn(source, p, roots)
             for item in its:
                 try:
-                    rec = _build(source, item)
+                    rec = _build(source, item, p.limits)
                     if rec.id in seen:
                         raise PrepareError(
                             source,
@@ -147,7 +153,11 @@ def collect_imports(
     reports: dict[str, dict[str, Any]] = {}
     for spec in p.imports:
         records, lines, result = importers.import_path(
-            spec.path, spec.format, spec.name, "eval" if spec.split == "eval" else "train"
+            spec.path,
+            spec.format,
+            spec.name,
+            "eval" if spec.split == "eval" else "train",
+            p.limits,
         )
         if result.rows and result.rejected / result.rows > p.max_reject_frac:
             raise PrepareError(
@@ -210,6 +220,10 @@ def prepare(p: PrepareParams, roots: dict[str, Path] | None = None) -> dict[str,
         "content_sha256": {s: io.content_hash(rs) for s, rs in by_split.items()},
         "files": {},
     }
+    if p.limits != DataLimits():
+        # what every reader holds the data to; the defaults go unrecorded, so a dataset
+        # prepared with them is byte for byte what it was before the setting existed
+        manifest["limits"] = p.limits.model_dump()
     with io.atomic_dir(p.out_dir) as tmp:
         for s, rs in by_split.items():
             path = tmp / f"{s}.parquet"
@@ -223,6 +237,9 @@ def prepare(p: PrepareParams, roots: dict[str, Path] | None = None) -> dict[str,
 
 
 def main(argv: list[str] | None = None) -> int:
+    from slca.processes import end_like_ctrl_c
+
+    end_like_ctrl_c()
     ap = stage_parser(
         "python -m slca.data.prepare",
         "prepare.seed=1",

@@ -104,10 +104,14 @@ def draw_split(
     *,
     where: str,
     sources_label: str,
+    records: Sequence[TaskRecord] | None = None,
 ) -> list[TaskRecord]:
     """:func:`draw` of ``n`` tasks of one split (only ``sources``, when given); an error
-    naming ``where`` (the step) and the sources param (``sources_label``) when none is left."""
-    pool = [t for t in io.read_dataset(in_dir, [split]) if sources is None or t.source in sources]
+    naming ``where`` (the step) and the sources param (``sources_label``) when none is left.
+    ``records``: the split's records when the caller read them (verified) already."""
+    if records is None:
+        records = io.read_dataset(in_dir, [split])
+    pool = [t for t in records if sources is None or t.source in sources]
     if not pool:
         raise ValueError(
             f"{where}: no {split!r} task in {in_dir}"

@@ -30,6 +30,7 @@ from slca.config.data import ValidateParams
 from slca.config.loader import load_stage_section, stage_parser
 from slca.data import io
 from slca.data.checks import gold_problems, schema_problems
+from slca.data.limits import CEILING
 from slca.data.record import SPLITS
 from slca.data.splits import request_key
 
@@ -38,15 +39,16 @@ SUITE = "slca_task_data"
 
 def _ok_tools(v: Any) -> bool:
     try:
-        return not schema_problems(json.loads(v))
-    except (TypeError, ValueError):
+        # the size limits were checked as the frame loaded; here only what must not crash
+        return not schema_problems(json.loads(v), CEILING)
+    except (TypeError, ValueError, RecursionError):
         return False
 
 
 def _ok_gold(tools: Any, gold: Any) -> bool:
     try:
         return not gold_problems(json.loads(tools), json.loads(gold))
-    except (TypeError, ValueError, AttributeError):
+    except (TypeError, ValueError, AttributeError, RecursionError):
         return False
 
 
@@ -130,11 +132,19 @@ def build_suite(min_rows: dict[str, int] | None = None) -> list[Any]:
 
 
 def load_frame(in_dir: str | Path) -> pd.DataFrame:
-    """Every split file as one frame, plus the derived ``request_key`` column."""
+    """Every split file as one frame, plus the derived ``request_key`` column. A row
+    over the dataset's size limits (:func:`slca.data.io.dataset_limits`) stops it with
+    one line naming the file, the task and the reason: the suite's checks would crash
+    on it (a schema nested thousands deep) or run out of memory."""
     in_dir = Path(in_dir)
-    frames = [
-        pq.read_table(p).to_pandas() for s in SPLITS if (p := in_dir / f"{s}.parquet").exists()
-    ]
+    limits = io.dataset_limits(in_dir)
+    frames = []
+    for s in SPLITS:
+        if (p := in_dir / f"{s}.parquet").exists():
+            table = pq.read_table(p)
+            if set(io.COLUMNS) <= set(table.column_names):  # else: refused below, by name
+                io.check_rows(p, table.to_pylist(), limits)
+            frames.append(table.to_pandas())
     if not frames:
         raise FileNotFoundError(f"{in_dir}: no split parquet files (run prepare first)")
     df = pd.concat(frames, ignore_index=True)
@@ -176,6 +186,9 @@ def validate_dir(
 
 
 def main(argv: list[str] | None = None) -> int:
+    from slca.processes import end_like_ctrl_c
+
+    end_like_ctrl_c()
     args = stage_parser("python -m slca.data.validate", "validate.max_examples=10").parse_args(argv)
     try:
         v = load_stage_section(args, "validate", ValidateParams)

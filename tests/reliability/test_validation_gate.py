@@ -168,3 +168,6 @@ def test_mlflow_records_the_hash_of_the_rows_trained_on(workspace, config, tmp_p
     assert params["data_hash.tasks.train"] != rows_hash(all_train)
     manifest = json.loads((Path(settings.in_dir) / "manifest.json").read_text())
     assert params["data_hash.manifest.train"] == manifest["content_sha256"]["train"]
+    # what the run read: the content hash of train.parquet as read (issue 36, item 4)
+    read = io.content_hash(io.read_records(Path(settings.in_dir) / "train.parquet"))
+    assert params["data_hash.read.train"] == read == manifest["content_sha256"]["train"]

@@ -25,7 +25,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from slca.config.data import import_name
+from slca.config.data import DataLimits, import_name
 from slca.data import io
 from slca.data.importers import openai, sharegpt, toucan, verl, xlam
 from slca.data.importers.conversation import REASONS, RowReject, conversation_tasks
@@ -113,9 +113,14 @@ def _rows(path: Path, fmt: str) -> tuple[str, Iterator[Row]]:
 
 
 def iter_import(
-    path: str | Path, fmt: str, source: str, split: str = "train"
+    path: str | Path,
+    fmt: str,
+    source: str,
+    split: str = "train",
+    limits: DataLimits | None = None,
 ) -> tuple[ImportResult, Iterator[tuple[Row, list[TaskRecord] | RowReject]]]:
-    """The import's running counts, and each row with its tasks or why it was rejected.
+    """The import's running counts, and each row with its tasks or why it was rejected
+    (a task over the size ``limits``, default the defaults: ``over_limit``).
 
     The counts are complete once the iterator is exhausted. Raises :class:`InputError`
     at once for an input that cannot be read at all (missing, empty, no known format).
@@ -132,10 +137,11 @@ def iter_import(
             result.rows += 1
             try:
                 if row.error is not None:
-                    raise RowReject("bad_json", "<row>", row.error)
+                    raise RowReject(row.reason, "<row>", row.error)
                 if not isinstance(row.data, dict):
                     raise RowReject("unknown_format", "<row>", "a row is not an object")
-                tasks = conversation_tasks(module.conversation(row.data), source, str(row.number))
+                conv = module.conversation(row.data)
+                tasks = conversation_tasks(conv, source, str(row.number), limits)
             except RowReject as reject:
                 result.rejected += 1
                 reasons[reject.reason] = reasons.get(reject.reason, 0) + 1
@@ -169,10 +175,14 @@ def reject_line(row: Row, reject: RowReject) -> dict[str, Any]:
 
 
 def import_path(
-    path: str | Path, fmt: str, source: str, split: str = "train"
+    path: str | Path,
+    fmt: str,
+    source: str,
+    split: str = "train",
+    limits: DataLimits | None = None,
 ) -> tuple[list[TaskRecord], list[dict[str, Any]], ImportResult]:
     """All tasks of one file in memory, the reject lines and the counts (``prepare``)."""
-    result, items = iter_import(path, fmt, source, split)
+    result, items = iter_import(path, fmt, source, split, limits)
     records: list[TaskRecord] = []
     rejects: list[dict[str, Any]] = []
     for row, outcome in items:
@@ -189,13 +199,14 @@ def import_to_dir(
     out_dir: str | Path,
     source: str | None = None,
     split: str = "train",
+    limits: DataLimits | None = None,
 ) -> ImportResult:
     """``slca data import``: ``out_dir/tasks.parquet``, ``report.json`` and
     ``rejects.jsonl``, streamed (a batch of tasks in memory at a time) and put in place
     together (the directory is written beside its destination, then renamed)."""
     path = Path(path)
     source = source or import_name(str(path))
-    result, items = iter_import(path, fmt, source, split)
+    result, items = iter_import(path, fmt, source, split, limits)
     with io.atomic_dir(out_dir) as tmp:
         writer = pq.ParquetWriter(tmp / "tasks.parquet", io.SCHEMA, compression="zstd")
         batch: list[TaskRecord] = []

@@ -26,7 +26,10 @@ from jsonschema import Draft202012Validator
 from pydantic import ValidationError
 
 from slca.config import describe
-from slca.data.checks import schema_problems
+from slca.config.data import DataLimits
+from slca.data import io
+from slca.data.checks import limit_problems, schema_problems
+from slca.data.limits import task_size_problem
 from slca.data.record import Call, ContextCall, Message, TaskRecord
 
 REASONS = {
@@ -41,6 +44,8 @@ REASONS = {
     "no_answer": "no user turn is answered by an assistant turn",
     "bad_message": "a turn has no role or text, or the turns are out of order",
     "unknown_format": "the row is not in the file's format",
+    "over_limit": "a tool's schema nests too deep, or a description or the task is too "
+    "large (prepare.limits)",
 }
 """Why a row is rejected (the ``reason`` of a line of ``rejects.jsonl``)."""
 
@@ -96,6 +101,8 @@ def parse_json(value: Any, where: str) -> Any:
         return json.loads(value)
     except json.JSONDecodeError as e:
         raise RowReject("bad_json", where, f"{e.msg} (column {e.colno})") from None
+    except RecursionError:  # thousands of levels: past any schema depth limit
+        raise RowReject("over_limit", where, "nests too deep even to parse") from None
 
 
 def text(value: Any, where: str) -> str:
@@ -118,14 +125,17 @@ class ToolSet:
     validators: dict[str, Any]
 
 
-def tool_set(raw: Any, where: str) -> ToolSet:
-    key = raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False, default=str)
-    return _tool_set(key, isinstance(raw, str), where)
+def tool_set(raw: Any, where: str, limits: DataLimits | None = None) -> ToolSet:
+    try:
+        key = raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False, default=str)
+    except RecursionError:  # thousands of levels: past any schema depth limit
+        raise RowReject("over_limit", where, "nests too deep even to serialise") from None
+    return _tool_set(key, isinstance(raw, str), where, limits or DataLimits())
 
 
 @lru_cache(maxsize=1024)
-def _tool_set(key: str, was_text: bool, where: str) -> ToolSet:
-    tools = normalise_tools(key if was_text else json.loads(key), where)
+def _tool_set(key: str, was_text: bool, where: str, limits: DataLimits) -> ToolSet:
+    tools = normalise_tools(key if was_text else json.loads(key), where, limits)
     return ToolSet(tools, {t["name"]: _validator(t["parameters"]) for t in tools})
 
 
@@ -153,9 +163,10 @@ def _first_error(validator: Any, instance: Any) -> tuple[str, str] | None:
     return ".".join(paths[first]), errors[first].message
 
 
-def normalise_tools(raw: Any, where: str) -> list[dict[str, Any]]:
+def normalise_tools(raw: Any, where: str, limits: DataLimits | None = None) -> list[dict[str, Any]]:
     """OpenAI function objects (``{"type": "function", "function": {...}}``) or flat
-    ``{name, description, parameters}`` as task tool specs; names must be unique."""
+    ``{name, description, parameters}`` as task tool specs; names must be unique, and
+    each within the size ``limits`` (default: the defaults)."""
     raw = parse_json(raw, where)
     if raw is None:
         return []
@@ -183,10 +194,13 @@ def normalise_tools(raw: Any, where: str) -> list[dict[str, Any]]:
             raise RowReject("bad_tool", f"{spot}.parameters", "not an object JSON Schema")
         description = tool.get("description") or ""
         tools.append({"name": name, "description": str(description), "parameters": parameters})
-    problems = schema_problems(tools)
-    if problems:
-        spot, message = problems[0]
-        raise RowReject("bad_tool", f"{where}{spot.removeprefix('tools')}", message)
+    for reason, problems in (
+        ("over_limit", limit_problems(tools, limits)),
+        ("bad_tool", schema_problems(tools, limits)),
+    ):
+        if problems:
+            spot, message = problems[0]
+            raise RowReject(reason, f"{where}{spot.removeprefix('tools')}", message)
     return tools
 
 
@@ -271,6 +285,7 @@ def _record(
     task_id: str,
     source: str,
     raw_gold: list[list[RawCall]],
+    limits: DataLimits,
 ) -> TaskRecord:
     try:
         record = TaskRecord(
@@ -287,6 +302,9 @@ def _record(
         err = e.errors()[0]
         where = ".".join(str(x) for x in err["loc"])
         raise RowReject("bad_message", where, describe(e)) from None
+    big = task_size_problem(io.row_bytes(io.record_to_row(record)), limits)
+    if big is not None:
+        raise RowReject("over_limit", f"task {task_id}", big[1])
     _schema_problem(toolset, raw_gold, gold)
     return record
 
@@ -299,10 +317,14 @@ def _check_turns(turns: list[Turn]) -> None:
         raise RowReject("no_user_turn", "messages", "no turn has the role user")
 
 
-def conversation_tasks(conv: Conversation, source: str, row_id: str) -> list[TaskRecord]:
+def conversation_tasks(
+    conv: Conversation, source: str, row_id: str, limits: DataLimits | None = None
+) -> list[TaskRecord]:
     """The tasks of one conversation (ids ``{source}-{row_id}-{k}``, k the user turn's
-    index among the conversation's user turns); raises :class:`RowReject`."""
-    toolset = tool_set(conv.tools, conv.tools_where)
+    index among the conversation's user turns), each within the size ``limits``
+    (default: the defaults); raises :class:`RowReject`."""
+    limits = limits or DataLimits()
+    toolset = tool_set(conv.tools, conv.tools_where, limits)
     if not toolset.tools:
         raise RowReject("no_tools", conv.tools_where, "no tool is offered")
     names = set(toolset.validators)
@@ -315,7 +337,8 @@ def conversation_tasks(conv: Conversation, source: str, row_id: str) -> list[Tas
         context = messages
         steps = [step for step in conv.gold if step]
         task_id = f"{source}-{row_id}-{k}"
-        return [_record(conv, toolset, context, _gold(steps, names), None, task_id, source, steps)]
+        gold = _gold(steps, names)
+        return [_record(conv, toolset, context, gold, None, task_id, source, steps, limits)]
     records = []
     for k, u in enumerate(users):
         end = users[k + 1] if k + 1 < len(users) else len(conv.turns)
@@ -328,7 +351,9 @@ def conversation_tasks(conv: Conversation, source: str, row_id: str) -> list[Tas
         answer = answers[-1] if answers else None
         task_id = f"{source}-{row_id}-{k}"
         records.append(
-            _record(conv, toolset, context, _gold(gold, names), answer, task_id, source, gold)
+            _record(
+                conv, toolset, context, _gold(gold, names), answer, task_id, source, gold, limits
+            )
         )
     if not records:
         raise RowReject("no_answer", "messages", "no user turn is followed by an assistant turn")

@@ -21,6 +21,8 @@ import pyarrow.parquet as pq
 BATCH_ROWS = 1024
 """Rows per parquet / Arrow batch: bounds memory whatever the file's size."""
 
+TOO_DEEP = "the JSON nests too deep even to parse (past any prepare.limits.max_schema_depth)"
+
 
 class InputError(ValueError):
     """The input as a whole cannot be read (missing, empty, not a known container);
@@ -33,6 +35,8 @@ class Row:
     data: Any
     """The parsed row; for a line that is not JSON, its raw text (``error`` is set)."""
     error: str | None = None
+    reason: str = "bad_json"
+    """With ``error``: why the row is rejected (a key of the importers' ``REASONS``)."""
 
 
 def _jsonl(path: Path) -> Iterator[Row]:
@@ -44,11 +48,15 @@ def _jsonl(path: Path) -> Iterator[Row]:
                 yield Row(number, json.loads(line))
             except json.JSONDecodeError as e:
                 yield Row(number, line.rstrip("\n"), f"not JSON: {e.msg} (column {e.colno})")
+            except RecursionError:  # thousands of levels: past any schema depth limit
+                yield Row(number, line.rstrip("\n"), TOO_DEEP, "over_limit")
 
 
 def _json(path: Path) -> Iterator[Row]:
     try:
         document = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except RecursionError:
+        raise InputError(f"{path}: {TOO_DEEP}") from None
     except json.JSONDecodeError as e:
         if e.msg == "Extra data":  # JSON Lines under a .json name (as HF datasets writes)
             yield from _jsonl(path)

@@ -51,6 +51,7 @@ from slca.data.importers.conversation import (
     parse_json,
     text,
 )
+from slca.data.limits import CEILING
 from slca.grammar import RESPONSE_CLOSE, RESPONSE_OPEN, parse_turn
 
 NAME = "verl"
@@ -198,7 +199,8 @@ def conversation(row: Any) -> Conversation:
     raw_tools, tools_where = row.get("tools"), "tools"
     if raw_tools is None or raw_tools == "":
         raw_tools, tools_where = gt.get("tool_schemas"), f"{_GT}.tool_schemas"
-    tools = normalise_tools(raw_tools, tools_where)
+    # only to check allowed_tools: conversation_tasks holds the tools to prepare.limits
+    tools = normalise_tools(raw_tools, tools_where, CEILING)
     allowed = parse_json(gt.get("allowed_tools"), f"{_GT}.allowed_tools")
     if allowed is not None and tools:
         if not isinstance(allowed, list):

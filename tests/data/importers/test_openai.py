@@ -62,8 +62,9 @@ def test_every_row_is_imported_or_rejected_with_its_reason(imported):
         reason: list(EXPECTED_REJECTS.values()).count(reason)
         for reason in set(EXPECTED_REJECTS.values())
     }
-    # every reason the runner knows is exercised by this fixture
-    assert set(EXPECTED_REJECTS.values()) == set(REASONS)
+    # every reason the runner knows is exercised by this fixture, but the size limits'
+    # (tests/data/test_limits.py: a fixture row over them would be megabytes)
+    assert set(EXPECTED_REJECTS.values()) == set(REASONS) - {"over_limit"}
 
 
 def test_gold_calls_equal_the_hand_written_expectation(imported):
