@@ -26,7 +26,7 @@ import typer
 from slca.config import ConfigError, parse_override
 from slca.config.data import PrepareParams, ValidateParams, own_tasks_overrides
 from slca.config.loader import with_preset
-from slca.processes import die_with_parent, supervised
+from slca.processes import die_with_parent, end_like_ctrl_c, supervised
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -61,15 +61,10 @@ Preset = Annotated[
 ]
 
 
-def _stop_on_sigterm(signum: int, frame: Any) -> None:
-    # as Ctrl-C: `finally` blocks stop the servers, the MLflow run ends KILLED
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 @app.callback()
 def main(debug: Annotated[bool, typer.Option(help="Show tracebacks on errors.")] = False) -> None:
     _state["debug"] = debug
-    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    end_like_ctrl_c()  # `finally` blocks stop the servers, the MLflow run ends KILLED
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     # a first ephemeral start creates Prefect's database (migrations): more than
     # Prefect's default 20 s on a busy 2-core machine
@@ -152,10 +147,23 @@ def _run(call: Any, hint: str) -> Any:
             raise
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         typer.secho(f"error: {first}", fg=typer.colors.RED, err=True)
-        if isinstance(exc, ConfigError):
-            hint = "fix that key in the params file, the --preset or the -S override"
-        typer.echo(f"hint: {hint} (--debug shows the traceback)", err=True)
+        typer.echo(f"hint: {_hint(exc, hint)} (--debug shows the traceback)", err=True)
         raise typer.Exit(1) from None
+
+
+def _hint(exc: Exception, hint: str) -> str:
+    """The hint under an error: the command's own ``hint`` unless the error is one whose
+    fix does not depend on the command's inputs (a bad key, another run's directory)."""
+    from slca.training.identity import RunConflict
+
+    if isinstance(exc, ConfigError):
+        return "fix that key in the params file, the --preset or the -S override"
+    if isinstance(exc, RunConflict):  # raised by the RL commands, which take --overwrite
+        return (
+            "rerun with `-S <the key named>=<another directory>` to keep that run, "
+            "or with --overwrite to replace it"
+        )
+    return hint
 
 
 def _overrides(
@@ -368,7 +376,11 @@ def ui(
     prefect_port: int = 4200,
     host: Annotated[str, typer.Option(help="Bind address.")] = "127.0.0.1",
 ) -> None:
-    """Serve the MLflow UI and the Prefect UI (on 127.0.0.1) until Ctrl-C."""
+    """Serve the MLflow UI and the Prefect UI (on 127.0.0.1) until Ctrl-C.
+
+    Both refuse a request naming a foreign host (DNS rebinding): MLflow by its own
+    check, Prefect's server through slca_pipeline/server.py, which also turns on
+    Prefect's CSRF protection."""
     db = (tracking_dir / "mlflow.db").resolve()
     env = dict(
         os.environ, PREFECT_SERVER_ANALYTICS_ENABLED="false", MLFLOW_DISABLE_TELEMETRY="true"
@@ -398,15 +410,9 @@ def ui(
         ),
         subprocess.Popen(
             supervised(
-                [
-                    str(bin_dir / "prefect"),
-                    "server",
-                    "start",
-                    "--host",
-                    host,
-                    "--port",
-                    str(prefect_port),
-                ]
+                # Prefect's server answering loopback host names only, CSRF on
+                [sys.executable, "-m", "slca_pipeline.server"]
+                + ["--host", host, "--port", str(prefect_port)]
             ),
             env=env,
             start_new_session=True,

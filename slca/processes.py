@@ -7,11 +7,11 @@ Two pieces, both plain standard library:
   SIGTERM when its parent dies (Linux ``prctl(PR_SET_PDEATHSIG)``); for a child that
   has no children of its own (Prefect's ephemeral uvicorn server).
 - :func:`supervise` (``python -m slca.processes --parent PID -- command …``): a small
-  supervisor for a server that starts workers of its own (``mlflow ui``, ``prefect
-  server start``). It runs the command in its own process group and stops the whole
-  group, workers included, when it is told to (SIGTERM, SIGINT, SIGHUP) or when its
-  parent dies: the parent-death signal, and, where the kernel has none, by watching
-  the parent's PID.
+  supervisor for a server that starts workers of its own (``mlflow ui``; ``slca ui``'s
+  Prefect server, ``slca_pipeline.server``, alike). It runs the command in its own
+  process group and stops the whole group, workers included, when it is told to
+  (SIGTERM, SIGINT, SIGHUP) or when its parent dies: the parent-death signal, and,
+  where the kernel has none, by watching the parent's PID.
 """
 
 from __future__ import annotations
@@ -23,12 +23,29 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 
 PR_SET_PDEATHSIG = 1
 GRACE_S = 10.0
 """How long a stopped group has to exit after SIGTERM before it is killed."""
+
+
+def end_like_ctrl_c() -> None:
+    """SIGTERM ends this process as Ctrl-C does, whichever entry point started it
+    (``slca``, ``python -m slca.…``, a DVC stage, a Prefect worker's cancellation):
+    ``KeyboardInterrupt`` in the main thread, so context managers and ``finally`` blocks
+    run: the MLflow run ends KILLED, locks and their owner files are released, and the
+    last complete checkpoint stays the one a resume takes. A second SIGTERM while that
+    cleanup runs is ignored rather than cutting it short (SIGKILL still ends it)."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    if threading.current_thread() is threading.main_thread():  # where Python allows it
+        signal.signal(signal.SIGTERM, interrupt)
 
 
 def _set_parent_death_signal(signum: int) -> None:

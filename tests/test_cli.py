@@ -171,3 +171,25 @@ def test_pretrain_refuses_a_leaking_corpus_or_missing_heldout_data_in_one_line(r
         assert len(error) == 1 and message in error[0], result.output
         assert "Traceback" not in result.output and "hint:" in result.output
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "command, module, name",
+    [(["train"], "train", "train"), (["run"], "pipeline", "pipeline")],
+)
+def test_a_run_conflict_hints_at_its_own_fix_not_at_where_inputs_come_from(
+    runner, monkeypatch, command, module, name
+):
+    import importlib
+
+    from slca.training.identity import RunConflict
+
+    def conflict(**kwargs):
+        raise RunConflict("train.checkpoint_dir c holds checkpoints step_2 of another run")
+
+    monkeypatch.setattr(importlib.import_module(f"slca_pipeline.flows.{module}"), name, conflict)
+    result = runner.invoke(app, command)
+    assert result.exit_code == 1
+    hint = [line for line in result.output.splitlines() if line.startswith("hint: ")]
+    assert len(hint) == 1 and "--overwrite" in hint[0] and "-S <the key named>=" in hint[0]
+    assert "SFT checkpoint" not in result.output and "make data" not in result.output

@@ -218,6 +218,9 @@ def load_params(
 
 
 def main(argv: list[str] | None = None) -> int:
+    from slca.processes import end_like_ctrl_c
+
+    end_like_ctrl_c()
     parser = stage_parser(
         "python -m slca.simulator.check",
         "simulator_check.split=test",

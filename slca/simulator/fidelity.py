@@ -377,6 +377,9 @@ def write_report(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from slca.processes import end_like_ctrl_c
+
+    end_like_ctrl_c()
     ap = argparse.ArgumentParser(
         prog="python -m slca.simulator.fidelity",
         description="Run gold calls through real tool implementations (τ²-bench domains, "

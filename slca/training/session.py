@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,7 +25,10 @@ from slca.config import ConfigError
 from slca.config.train import TrainConfig
 from slca.data import io
 from slca.data.splits import draw_split, fitting_tasks
+from slca.faults import naming_the_place
 from slca.tracking.run_file import RUN_FILE
+
+log = logging.getLogger(__name__)
 
 
 def run_train(
@@ -75,11 +79,14 @@ def _usable_directory(key: str, path: Path) -> None:
 
 def checked_train_tasks(tasks: list[Any], in_dir: str | Path) -> list[Any]:
     """The tasks, refused when two share an id (rewards look tasks up by id: a rollout of
-    one would be scored against another) or a tool schema is not a valid JSON Schema;
-    validation gates this too, but a run must not depend on it having run."""
+    one would be scored against another) or a tool schema is not a valid JSON Schema or
+    over the data's size limits; validation gates this too, but a run must not depend
+    on it having run."""
     from collections import Counter
 
     from slca.data.checks import schema_problems
+
+    limits = io.dataset_limits(in_dir)
 
     if not tasks:
         raise FileNotFoundError(
@@ -93,7 +100,7 @@ def checked_train_tasks(tasks: list[Any], in_dir: str | Path) -> list[Any]:
             f"{repeated[:3]}; run the validate stage"
         )
     for task in tasks:
-        problems = schema_problems([t.model_dump() for t in task.tools])
+        problems = schema_problems([t.model_dump() for t in task.tools], limits)
         if problems:
             field, message = problems[0]
             raise ValueError(f"train: {in_dir}: task {task.id!r}: {field}: {message}")
@@ -117,8 +124,9 @@ def training_session(
 
     In order, so that nothing is lost to a typo, a crash or a second run: the output
     directories must be creatable; the checkpoint directory and ``out_dir`` are locked
-    (a second run is refused at once, naming the holder); the inputs load (tokenizer,
-    tasks); the start is planned against the checkpoint directory's run identity
+    (a second run is refused at once, naming the holder); the inputs load (the tasks,
+    refused when a split's content is not what its manifest records, then the
+    tokenizer); the start is planned against the checkpoint directory's run identity
     (:func:`slca.training.identity.plan_start`: continue its run, start fresh, or refuse
     naming both runs) and against ``out_dir``; the model loads; only then are replaced
     checkpoints removed. A resumed run continues its own MLflow run (its fingerprint
@@ -130,7 +138,7 @@ def training_session(
     from slca.locks import ExclusiveLock
     from slca.modeling import load_causal_lm, load_tokenizer, resolve_model_source
     from slca.training import identity as ids
-    from slca.training.checkpoints import complete_checkpoints, latest_checkpoint
+    from slca.training.checkpoints import clean_staging, complete_checkpoints, latest_checkpoint
     from slca.training.factory import build_trainer, check_engines
 
     # an absolute path: a relative one ("models/sft") reads as a Hub repo id to
@@ -154,25 +162,37 @@ def training_session(
                     checkpoint_dir / ids.LOCK_FILE, what=f"train.checkpoint_dir {checkpoint_dir}"
                 )
             )
+            for done in clean_staging(checkpoint_dir):  # what a killed save left
+                log.info("train.checkpoint_dir %s: %s", checkpoint_dir, done)
             # out_dir itself is renamed over: its lock lives beside it
             out_lock = out_dir.parent / f".{out_dir.name}.lock"
             stack.enter_context(ExclusiveLock(out_lock, what=f"train.out_dir {out_dir}"))
         tracker = stack.enter_context(_tracker(config, track))
-        source = resolve_model_source(init_dir)
-        tokenizer = load_tokenizer(source)
-        if tokenizer.pad_token_id is None and tokenizer.eos_token_id is not None:
-            tokenizer.pad_token = tokenizer.eos_token
-        tasks = checked_train_tasks(io.load_train_set(config.in_dir), config.in_dir)
+        # the data first (cheap, and the likelier to be refused): each split read is the
+        # content the manifest records (validated data cannot drift), and the run
+        # records the hash of what it read
+        read: dict[str, str] = {}
+        train, read["train"] = io.verified_split(config.in_dir, "train")
+        tasks = checked_train_tasks(io.build_train_set(train), config.in_dir)
         if config.sources is not None:
             tasks = [t for t in tasks if t.source in config.sources]
             if not tasks:
                 raise ValueError(f"train: no train task from train.sources={config.sources}")
+        pool = None
+        if config.validation.every:
+            pool, read[config.validation.split] = io.verified_split(
+                config.in_dir, config.validation.split
+            )
+        source = resolve_model_source(init_dir)
+        tokenizer = load_tokenizer(source)
+        if tokenizer.pad_token_id is None and tokenizer.eos_token_id is not None:
+            tokenizer.pad_token = tokenizer.eos_token
         tasks = fitting_tasks(
             tasks,
             tokenizer,
             config.rollout.max_total_tokens - config.rollout.max_new_tokens,
         )
-        validation = validation_tasks(config, tokenizer)
+        validation = validation_tasks(config, tokenizer, pool)
         ours = ids.identity_of(config, ids.rows_hash(tasks))
         if main:
             action, previous = ids.plan_start(
@@ -201,10 +221,18 @@ def training_session(
             progress=progress if main else None,
         )
         update = trainer.update
+        if action == "resume":
+            # before anything about the run changes (run.json, the MLflow run's status):
+            # a resume that finds no checkpoint to trust leaves both as they were
+            trainer.restore()
         if main and action == "replace":  # the inputs loaded: now the old checkpoints may go
             ids.remove_checkpoints(checkpoint_dir)
         if tracker is not None:
-            hashes = {**(data_hashes or {}), "tasks.train": ours.data_hash}
+            hashes = {
+                **(data_hashes or {}),
+                **{f"read.{split}": digest for split, digest in read.items()},
+                "tasks.train": ours.data_hash,
+            }
             if validation:
                 hashes["tasks.validation"] = ids.rows_hash(validation)
             tags = {
@@ -226,8 +254,6 @@ def training_session(
             tracker.log_params(config.model_dump(mode="json"), data_hashes=hashes)
         if main:
             ids.write_identity(checkpoint_dir, ours)
-        if action == "resume":
-            trainer.restore()
         if tracker is not None:
             trainer.state.run_id = tracker.run_id
             if action == "resume":
@@ -242,7 +268,7 @@ def training_session(
         if not main:
             return
         ids.check_output(out_dir, ours, overwrite=overwrite, run_file=RUN_FILE)
-        with io.atomic_dir(out_dir) as tmp:
+        with naming_the_place(out_dir, "train.out_dir"), io.atomic_dir(out_dir) as tmp:
             update.module.save_pretrained(tmp, state_dict=weights)
             tokenizer.save_pretrained(tmp)
             run = {
@@ -274,13 +300,18 @@ def _tracker(config: TrainConfig, enabled: bool) -> Iterator[Any]:
     from slca.tracking import Tracker
 
     # the store's writer lock now: a second writer is refused before any expensive work
-    with Tracker(config.tracking_dir, experiment=config.experiment).lock() as tracker:
+    with naming_the_place(config.tracking_dir, "train.tracking_dir"):
+        tracker = Tracker(config.tracking_dir, experiment=config.experiment).lock()
+    with tracker:
         yield tracker
 
 
-def validation_tasks(config: TrainConfig, tokenizer: Any) -> list[Any]:
+def validation_tasks(
+    config: TrainConfig, tokenizer: Any, pool: list[Any] | None = None
+) -> list[Any]:
     """The held-out tasks ``train.validation`` names (none when it is off): a seeded
-    subset of the split, of the training sources, that fits the rollout budget."""
+    subset of the split (``pool``: its records, already read), of the training sources,
+    that fits the rollout budget."""
     settings = config.validation
     if not settings.every:
         return []
@@ -292,6 +323,7 @@ def validation_tasks(config: TrainConfig, tokenizer: Any) -> list[Any]:
         config.seed,
         where="train.validation",
         sources_label="train.sources=",
+        records=pool,
     )
     budget = config.rollout.max_total_tokens - config.rollout.max_new_tokens
     return fitting_tasks(drawn, tokenizer, budget)
@@ -299,7 +331,9 @@ def validation_tasks(config: TrainConfig, tokenizer: Any) -> list[Any]:
 
 def data_hashes(in_dir: str | Path) -> dict[str, str]:
     """The manifest's content hashes per split (``manifest.<split>``), for the run's
-    params; the run adds ``tasks.train``, the hash of the rows it trains on."""
+    params; the run adds ``read.<split>``, the content hash of each split file it read
+    (it refuses one whose hash the manifest does not record), and ``tasks.train``, the
+    hash of the rows it trains on."""
     manifest = Path(in_dir) / "manifest.json"
     if not manifest.exists():
         return {}

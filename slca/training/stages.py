@@ -20,6 +20,7 @@ from slca.config.loader import stage_parser
 from slca.config.steps import BaseModelParams, PretrainParams, SFTParams, SummaryRMParams
 from slca.config.train import TrainConfig
 from slca.data import io
+from slca.faults import FaultError
 from slca.training.session import data_hashes, run_train
 
 
@@ -207,6 +208,9 @@ def progress_bar(desc: str, total: int | None = None) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from slca.processes import end_like_ctrl_c
+
+    end_like_ctrl_c()
     parser = stage_parser(
         "python -m slca.training.stages", "train.steps=4", description=__doc__.splitlines()[0]
     )
@@ -253,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             if run_id is not None:  # rank 0 (the others track nothing)
                 print(run_id)
-    except (ConfigError, ValueError, OSError) as exc:
+    except (ConfigError, ValueError, OSError, FaultError) as exc:
         print(f"{args.step} failed: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -52,7 +52,10 @@ def test_rl_logs_every_metric_histograms_and_checkpoints_to_mlflow(workspace):
     assert logged.source_run_id == run_id
 
 
-def test_kill_minus_nine_mid_run_then_resume_continues_the_same_run(workspace, tmp_path):
+def test_sigterm_mid_run_ends_it_killed_then_resume_continues_the_same_run(workspace, tmp_path):
+    """SIGTERM on the stage command DVC runs (and a Prefect worker's cancellation sends):
+    the MLflow run ends KILLED with an end time, no lock owner file stays, and a resume
+    continues the same run with every step once. (kill -9: tests/reliability.)"""
     root, _ = workspace
     config = train_config(
         root,
@@ -76,10 +79,14 @@ def test_kill_minus_nine_mid_run_then_resume_continues_the_same_run(workspace, t
             break
         time.sleep(0.2)
     assert job.poll() is None, job.stderr.read().decode()[-2000:]
-    os.killpg(job.pid, signal.SIGKILL)
-    job.wait()
+    os.killpg(job.pid, signal.SIGTERM)
+    assert job.wait(timeout=120) != 0
     killed_at = int(latest_checkpoint(tmp_path / "ckpt").name.split("_")[1])
     assert killed_at < 4
+    assert not list(tmp_path.rglob("*.owner")), list(tmp_path.rglob("*.owner"))
+    client = mlflow.tracking.MlflowClient(f"sqlite:///{tmp_path / 'mlflow/mlflow.db'}")
+    (stopped,) = client.search_runs([client.get_experiment_by_name("slca").experiment_id])
+    assert stopped.info.status == "KILLED" and stopped.info.end_time is not None
     done = subprocess.run(
         [*command, "--resume"], env=env, capture_output=True, text=True, timeout=300
     )
@@ -219,3 +226,72 @@ def test_a_run_without_tracking_needs_no_mlflow(workspace, tmp_path):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads((tmp_path / "rl/mlflow_run.json").read_text())["run_id"] is None
+
+
+def test_a_resume_with_no_checkpoint_to_trust_changes_nothing_about_the_run(workspace, tmp_path):
+    """Every checkpoint altered: one error naming the directory; run.json and the MLflow
+    run's status are what the finished run left (issue 36: it used to turn FAILED and
+    run.json claimed the longer run before the crash)."""
+    from slca.training.checkpoints import CheckpointError
+
+    root, _ = workspace
+    config = train_config(
+        root,
+        checkpoint_dir=str(tmp_path / "ckpt"),
+        tracking_dir=str(tmp_path / "mlflow"),
+        out_dir=str(tmp_path / "rl"),
+        checkpoint_every=1,
+    )
+    run_id = run_train(config)
+    identity = (tmp_path / "ckpt/run.json").read_text()
+    for checkpoint in (tmp_path / "ckpt").glob("step_*"):
+        weights = checkpoint / "model.safetensors"
+        with open(weights, "r+b") as handle:
+            handle.seek(weights.stat().st_size // 2)
+            handle.write(b"\0" * 512)
+    longer = config.model_copy(update={"steps": config.steps + 2})
+    with pytest.raises(CheckpointError, match="none of its 2 checkpoints verifies"):
+        run_train(longer, resume=True)
+    assert (tmp_path / "ckpt/run.json").read_text() == identity
+    client = mlflow.tracking.MlflowClient(f"sqlite:///{tmp_path / 'mlflow/mlflow.db'}")
+    assert client.get_run(run_id).info.status == "FINISHED"
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 64 KiB tmpfs (root only: skipped, visibly, where mounting is not allowed)."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)],
+                          capture_output=True)  # fmt: skip
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    yield mount
+    subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_full_disk_under_the_checkpoints_is_one_line(workspace, tmp_path, small_disk):
+    """The stage command: one line naming train.checkpoint_dir; no traceback."""
+    root, _ = workspace
+    train = {
+        **tiny_params(root)["train"],
+        "checkpoint_dir": str(small_disk / "ckpt"),
+        "out_dir": str(tmp_path / "rl"),
+        "tracking_dir": str(tmp_path / "mlflow"),
+        "checkpoint_every": 1,
+    }
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({"train": train}))
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    done = subprocess.run(
+        [sys.executable, "-m", "slca.training.stages", "train", "--params", str(params)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert done.returncode == 1
+    (said,) = [line for line in done.stderr.splitlines() if "train failed" in line]
+    assert said.startswith(f"train failed: train.checkpoint_dir {small_disk / 'ckpt'}: ")
+    assert "the disk is full" in said
+    assert "Traceback" not in done.stderr
