@@ -13,10 +13,15 @@ A model is named by a *source*:
 
 Every ``from_pretrained`` call passes ``local_files_only=True``, so nothing here
 can reach the Hugging Face Hub, whatever ``HF_HUB_OFFLINE`` says.
+
+:func:`eval_dtype` is the one precision rule of every measurement of a policy
+(``evaluate``, in-training validation, headroom): bf16 on a CUDA device with bf16, fp32
+elsewhere; :func:`eval_autocast` is the context a measurement's forwards run in.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import os
 import shutil
@@ -148,6 +153,40 @@ def load_causal_lm(
     if tokenizer.pad_token_id is None and tokenizer.eos_token_id is not None:
         tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer
+
+
+def eval_dtype(device: str | Any) -> Any:
+    """The precision a policy is measured in on ``device``: ``torch.bfloat16`` on a CUDA
+    device that supports bf16, else ``torch.float32`` (the CPU default pipeline).
+
+    Evaluation, in-training validation and headroom all ask this one rule, so a
+    validation curve's step 0 (the SFT policy, as ``evaluate`` scores it) compares with
+    its later steps. It is also the update engine's default forward precision
+    (``train.engine.bf16: null``), so a measurement runs as training samples.
+    """
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    return torch.float32
+
+
+def eval_autocast(device: str | Any) -> contextlib.AbstractContextManager[Any]:
+    """The context a measurement's forwards on ``device`` run in: ``torch.autocast`` to
+    :func:`eval_dtype` over fp32 weights (load them with ``dtype=torch.float32``).
+
+    bf16: autocast on, as the torch update engine's forwards run (matmuls in bf16,
+    softmax and norms in fp32). fp32: autocast explicitly off, so an enclosing autocast
+    (training's, say) cannot lower a measurement's precision. Weights stored in bf16 (a
+    DeepSpeed policy) still compute in bf16 whatever the context.
+    """
+    import torch
+
+    device = torch.device(device)
+    # eval_dtype is read from the module at call time, so forcing it moves every measurement
+    bf16 = eval_dtype(device) == torch.bfloat16
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=bf16)
 
 
 def _gguf_dequantize_kwargs() -> dict[str, Any]:

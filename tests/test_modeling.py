@@ -131,3 +131,37 @@ def test_convert_refuses_a_checkpoint_directory(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(ValueError, match="not a GGUF"):
         modeling.convert_gguf_to_hf(tmp_path, tmp_path / "out")
+
+
+# ---------------------------------------------------------------- measurement precision
+
+
+def test_the_measurement_precision_is_bf16_on_a_bf16_gpu_and_fp32_elsewhere(monkeypatch):
+    assert modeling.eval_dtype("cpu") is torch.float32
+    assert modeling.eval_dtype(torch.device("cpu")) is torch.float32
+    # a CUDA device is only named here (no GPU needed): the rule asks torch about bf16
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert modeling.eval_dtype("cuda:0") is torch.bfloat16
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    assert modeling.eval_dtype(torch.device("cuda", 0)) is torch.float32
+
+
+def _linear_dtype() -> torch.dtype:
+    """The dtype an fp32 ``nn.Linear`` computes in under the current autocast state."""
+    layer = torch.nn.Linear(4, 2)
+    with torch.no_grad():
+        return layer(torch.ones(1, 4)).dtype
+
+
+def test_eval_autocast_runs_forwards_in_the_rule_s_dtype(monkeypatch):
+    # fp32 (the CPU rule): autocast is off, even inside an enclosing bf16 autocast
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert _linear_dtype() is torch.bfloat16
+        with modeling.eval_autocast("cpu"):
+            assert _linear_dtype() is torch.float32
+    # the rule says bf16 (forced on the CPU, whose autocast has bf16): the forward obeys
+    monkeypatch.setattr(modeling, "eval_dtype", lambda device: torch.bfloat16)
+    with modeling.eval_autocast(torch.device("cpu")):
+        assert torch.is_autocast_enabled("cpu")
+        assert _linear_dtype() is torch.bfloat16
+    assert _linear_dtype() is torch.float32

@@ -23,9 +23,11 @@ report and prints a table.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -79,12 +81,14 @@ def measure(
     max_total_tokens: int = 2048,
     seed: int = 0,
     rewards: RewardConfig | None = None,
+    measuring: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
 ) -> dict[str, Any]:
     """Sample ``group_size`` rollouts of every task and report :func:`headroom_of`,
-    plus the share of rollouts cut off by a length limit."""
+    plus the share of rollouts cut off by a length limit. ``measuring()``: the context
+    the rollouts run in (:func:`run` passes :func:`slca.modeling.eval_autocast`)."""
     if group_size < 2:
         raise ValueError(f"group_size must be >= 2 to compare pass@1 with pass@G; got {group_size}")
-    with Simulator(seed=seed) as simulator:
+    with Simulator(seed=seed) as simulator, measuring():
         rollouts = run_rollouts(
             tasks,
             engine=engine,
@@ -104,7 +108,29 @@ def measure(
         "temperature": temperature,
         "truncated_frac": sum(is_truncated(r) for r in rollouts) / len(rollouts),
         "parts": headroom_of(groups),
+        "per_task": per_task(tasks, groups),
     }
+
+
+def per_task(
+    tasks: Sequence[TaskRecord], groups: Sequence[Sequence[RewardBreakdown]]
+) -> list[dict[str, Any]]:
+    """One line per task (in ``tasks``' order): its id, its samples, and the mean over
+    them of Success@0.9 and R_tool, with the best sample's success. A comparison of two
+    models pairs these lines by task (``tools/gpu_credit.py``)."""
+    out = []
+    for task, group in zip(tasks, groups, strict=True):
+        scores = [part_scores(b) for b in group]
+        out.append(
+            {
+                "task_id": task.id,
+                "samples": len(scores),
+                "success": sum(s["success"] for s in scores) / len(scores),
+                "tool": sum(s["tool"] for s in scores) / len(scores),
+                "best_success": max(s["success"] for s in scores),
+            }
+        )
+    return out
 
 
 _PROCESS = RewardConfig(mode="process")
@@ -131,6 +157,9 @@ def table(report: dict[str, dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from slca.processes import end_like_ctrl_c
+
+    end_like_ctrl_c()
     parser = argparse.ArgumentParser(
         prog="python -m slca.eval.headroom", description=__doc__.splitlines()[0]
     )
@@ -146,7 +175,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-total-tokens", type=int, default=2048)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--device", default=None, help="default: cuda when there is a GPU (in bf16), else cpu"
+        "--device",
+        default=None,
+        help="default: cuda when there is a GPU, else cpu; the precision is "
+        "slca.modeling.eval_dtype's (bf16 autocast on a bf16 GPU, else fp32), as evaluate's",
     )
     parser.add_argument("--batch-size", type=int, default=64, help="sequences per generate call")
     parser.add_argument("--out", type=Path, default=None, help="JSON report path")
@@ -161,18 +193,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    import functools
+
     import torch
 
     from slca.data.splits import draw_split, fitting_tasks
-    from slca.modeling import load_causal_lm
+    from slca.modeling import eval_autocast, load_causal_lm
     from slca.rollout.engines import HFEngine
     from slca.training.engines import resolve_device
 
     device = resolve_device(args.device, key="--device")
-    # as the RL engines sample: bf16 on a GPU that has it, else float32
-    bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
-    dtype = torch.bfloat16 if bf16 else torch.float32
-    model, tokenizer = load_causal_lm(args.model, device=device, dtype=dtype)
+    # fp32 weights under the measurement precision (eval_autocast), as evaluate and
+    # in-training validation score, so headroom compares with their figures
+    model, tokenizer = load_causal_lm(args.model, device=device, dtype=torch.float32)
     engine = HFEngine(model, tokenizer, batch_size=args.batch_size)
     report = {}
     for split in args.splits:
@@ -196,6 +229,7 @@ def run(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
             max_turns=args.max_turns,
             max_total_tokens=args.max_total_tokens,
             seed=args.seed,
+            measuring=functools.partial(eval_autocast, device),
         )
     if args.out is not None:
         atomic_write_text(args.out, json.dumps(report, indent=1) + "\n")

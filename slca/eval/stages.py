@@ -43,7 +43,7 @@ def evaluate(params: EvaluateParams, progress: Progress | None = None) -> dict[s
     """Evaluate ``params.model_dir``; writes the report and returns its metrics."""
     import torch
 
-    from slca.modeling import load_causal_lm
+    from slca.modeling import eval_autocast, load_causal_lm
     from slca.training.engines import resolve_device
 
     torch.manual_seed(params.seed)
@@ -61,7 +61,7 @@ def evaluate(params: EvaluateParams, progress: Progress | None = None) -> dict[s
         from slca.modeling import load_tokenizer
 
         model, tokenizer = None, load_tokenizer(params.model_dir)  # vLLM loads the weights
-    else:
+    else:  # fp32 weights: eval_autocast sets the precision the forwards run in
         model, tokenizer = load_causal_lm(params.model_dir, dtype="float32", device=device)
     # before vLLM starts: its engine takes the GPU memory the probe's own copy freed
     probe = value_probe_metrics(params, model, tokenizer, device)
@@ -77,7 +77,14 @@ def evaluate(params: EvaluateParams, progress: Progress | None = None) -> dict[s
             seed=params.seed,
             stack=stack,
         )
-        return _evaluate(params, engine, tokenizer, progress, scorer, probe)
+        # the HF engine generates in this process, in the measurement precision (as
+        # validation and headroom do); vLLM in its own processes, in its own dtype
+        measuring = (
+            functools.partial(eval_autocast, device)
+            if params.engine == "hf"
+            else contextlib.nullcontext
+        )
+        return _evaluate(params, engine, tokenizer, progress, scorer, probe, measuring)
 
 
 def _engine(params: EvaluateParams, model: Any, tokenizer: Any) -> Any:
@@ -108,7 +115,10 @@ def _evaluate(
     progress: Progress | None,
     summary_scorer: SummaryScorer,
     probe: dict[str, float],
+    measuring: Callable[[], contextlib.AbstractContextManager[Any]],
 ) -> dict[str, float]:
+    """Roll out and score every set; ``measuring()`` is the context the policy's
+    rollouts run in (its precision)."""
     from slca.rollout.engines import SamplingParams
     from slca.rollout.loop import RolloutLimits, run_rollouts
 
@@ -119,17 +129,18 @@ def _evaluate(
         name: str, tasks: list[TaskRecord], simulator: Any, max_turns: int, follow_ups=None
     ) -> list:
         """One greedy rollout per task (``follow_ups``: later user turns by task id)."""
-        return run_rollouts(
-            tasks,
-            engine=engine,
-            tokenizer=tokenizer,
-            simulator=simulator,
-            group_size=1,
-            sampling=sampling,
-            limits=RolloutLimits(max_turns=max_turns, max_total_tokens=params.max_total_tokens),
-            progress=None if progress is None else progress(name, len(tasks)),
-            follow_ups=follow_ups,
-        )
+        with measuring():
+            return run_rollouts(
+                tasks,
+                engine=engine,
+                tokenizer=tokenizer,
+                simulator=simulator,
+                group_size=1,
+                sampling=sampling,
+                limits=RolloutLimits(max_turns=max_turns, max_total_tokens=params.max_total_tokens),
+                progress=None if progress is None else progress(name, len(tasks)),
+                follow_ups=follow_ups,
+            )
 
     metrics: dict[str, float] = dict(probe)
     lines: list[dict[str, Any]] = []
@@ -218,15 +229,15 @@ def value_probe_metrics(
     task or no string value to score. ``model`` None (the vLLM engine holds the weights
     in its own process): a copy is loaded for the probe and dropped after it."""
     from slca.eval.value_probe import value_probe
+    from slca.modeling import eval_autocast, load_causal_lm
 
     tasks = value_probe_tasks(params)
     if not tasks:
         return {}
-    if model is None:
-        from slca.modeling import load_causal_lm
-
-        model = load_causal_lm(params.model_dir, device=device)[0]
-    probe = value_probe(model, tokenizer, tasks)
+    if model is None:  # fp32, as the HF engine's copy: eval_autocast sets the precision
+        model = load_causal_lm(params.model_dir, dtype="float32", device=device)[0]
+    with eval_autocast(device):  # the measurement precision, as the rollouts'
+        probe = value_probe(model, tokenizer, tasks)
     if not probe["values"]:  # shares of nothing would read as 0 % right
         return {}
     return {f"value_probe/{k}": float(probe[k]) for k in VALUE_PROBE_FIGURES}
@@ -404,6 +415,9 @@ def _fitting(tasks: list[TaskRecord], tokenizer: Any, budget: int) -> list[TaskR
 
 
 def main(argv: list[str] | None = None) -> int:
+    from slca.processes import end_like_ctrl_c
+
+    end_like_ctrl_c()
     parser = stage_parser(
         "python -m slca.eval.stages",
         "evaluate.model_dir=models/sft",

@@ -21,6 +21,7 @@ from slca.config.engine import EngineConfig, OptimConfig, load_deepspeed_json
 from slca.training.engine_support import (
     CLIENT_STATE,
     ENGINE_STATE,
+    check_outside_autocast,
     enable_gradient_checkpointing,
     lr_factor,
     publish,
@@ -187,6 +188,7 @@ class DeepSpeedEngine:
         return contextlib.nullcontext()  # the boundary goes to DeepSpeed in backward
 
     def backward(self, loss: Tensor, *, boundary: bool = True) -> None:
+        check_outside_autocast(self.device)
         self._ds.set_gradient_accumulation_boundary(boundary)
         self._ds.backward(loss, scale_wrt_gas=False)
 

@@ -24,6 +24,10 @@ ENGINE_STATE = "engine.json"
 """Written last inside a checkpoint: engine kind, optimizer steps, world size."""
 CLIENT_STATE = "client_state.json"
 """The caller's JSON state (step, data cursor, ...) saved with the checkpoint."""
+CHECKSUMS = "checksums.json"
+"""sha256 of every other file of a checkpoint, written as it is published: a resume
+verifies them, so a truncated or altered file is caught before it loads (or, worse,
+loads)."""
 MICRO_BATCH_SETTING = "train.update.micro_batch_size"
 """The config key an out-of-memory message points at."""
 
@@ -113,8 +117,27 @@ def staging_paths(target: Path) -> tuple[Path, Path]:
     return target.parent / f".{target.name}.tmp", target.parent / f".{target.name}.old"
 
 
+def file_checksums(root: Path) -> dict[str, str]:
+    """Relative path → sha256 of every file under ``root`` but :data:`CHECKSUMS`."""
+    import hashlib
+
+    sums = {}
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        name = path.relative_to(root).as_posix()
+        if name == CHECKSUMS:
+            continue
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            while chunk := handle.read(1 << 20):
+                digest.update(chunk)
+        sums[name] = digest.hexdigest()
+    return sums
+
+
 def publish(staging: Path, target: Path) -> None:
-    """Rename a finished staging directory to ``target`` (replacing an older one)."""
+    """Record the checksums of a finished staging directory, then rename it to
+    ``target`` (replacing an older one)."""
+    write_json(staging / CHECKSUMS, file_checksums(staging))
     fsync_tree(staging)
     _, old = staging_paths(target)
     if target.exists():
@@ -198,6 +221,18 @@ def join_process_group(device: torch.device) -> tuple[int, int]:
         torch.cuda.set_device(device)
     dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
     return dist.get_rank(), dist.get_world_size()
+
+
+def check_outside_autocast(device: torch.device) -> None:
+    """Refuse a backward pass under autocast on ``device``: PyTorch runs backward ops in
+    the dtype their forward ops chose and does not recommend backward under autocast
+    (its AMP notes); the forward goes in ``autocast()``, the backward after it. Activation
+    checkpointing's recomputation re-enters the forward's autocast state by itself."""
+    if torch.is_autocast_enabled(device.type):
+        raise RuntimeError(
+            f"backward called inside autocast on {device.type}: leave the engine's "
+            "autocast() (the forward and the loss) before calling backward"
+        )
 
 
 def enable_gradient_checkpointing(model: nn.Module) -> None:

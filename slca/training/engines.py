@@ -29,8 +29,9 @@ The loop, for either engine::
         with explain_oom(micro_batch_size):
             for i, mb in enumerate(micro_batches):
                 last = i == len(micro_batches) - 1
-                with engine.micro_batch(boundary=last):  # autocast; DDP: no all-reduce yet
-                    loss = loss_fn(engine.model, mb.to(engine.device))
+                with engine.micro_batch(boundary=last):  # DDP: no all-reduce yet
+                    with engine.autocast():  # the forward and the loss, not the backward
+                        loss = loss_fn(engine.model, mb.to(engine.device))
                     engine.backward(loss, boundary=last)
             grad_norm = engine.step()  # clip, optimizer, scheduler, zero grads; skipped if
                                        # the norm is not finite
@@ -142,19 +143,21 @@ class UpdateEngine(Protocol):
         ...
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
-        """Context for a forward pass without gradients (bf16 autocast when ``bf16`` is
-        set and the weights are fp32)."""
+        """Context for a training forward and its loss (bf16 autocast when ``bf16`` is set
+        and the weights are fp32); never around :meth:`backward`. Measurements
+        (evaluation, validation) use :func:`slca.modeling.eval_autocast` instead."""
         ...
 
     def micro_batch(self, *, boundary: bool = True) -> contextlib.AbstractContextManager[Any]:
-        """Context for one micro-batch's forward and :meth:`backward`: :meth:`autocast`,
-        and under DDP no gradient all-reduce unless ``boundary`` (the last micro-batch
-        before :meth:`step`)."""
+        """Context for one micro-batch's forward and :meth:`backward`: under DDP no
+        gradient all-reduce unless ``boundary`` (the last micro-batch before
+        :meth:`step`). No autocast: the forward enters :meth:`autocast` inside it."""
         ...
 
     def backward(self, loss: Tensor, *, boundary: bool = True) -> None:
         """Accumulate gradients of ``loss``; ``boundary=False`` on all but the last
-        micro-batch before :meth:`step`."""
+        micro-batch before :meth:`step`. Raises inside an autocast context (PyTorch
+        advises against backward under autocast)."""
         ...
 
     def step(self) -> float:

@@ -163,27 +163,30 @@ def minibatch_updates(
                 mask = loss_mask[micro, :width].to(device)
                 share = float(units(micro).sum()) / denominator
                 with update.micro_batch(boundary=boundary):
-                    logp, entropy = token_logprobs(
-                        model,
-                        sub.input_ids,
-                        sub.attention_mask,
-                        temperature=cfg.rollout.temperature,
-                        with_entropy=True,
-                        start=first_position(mask),
-                    )
-                    loss, metrics = policy_loss(
-                        logp,
-                        logp.detach() if old is None else old[micro, :width].to(device),
-                        advantages[micro, :width].to(device),
-                        mask,
-                        clip_low=loss_cfg.clip_low,
-                        clip_high=loss_cfg.clip_high,
-                        ref_logp=None if ref is None else ref[micro, :width].to(device),
-                        kl_coef=loss_cfg.kl_coef,
-                        aggregation=loss_cfg.aggregation,
-                        clip_ratio_c=loss_cfg.clip_ratio_c,
-                        norm_length=cfg.loss_norm_length,
-                    )
+                    # the forward and the loss in the engine's precision; the backward
+                    # below runs after autocast is left, as PyTorch recommends
+                    with update.autocast():
+                        logp, entropy = token_logprobs(
+                            model,
+                            sub.input_ids,
+                            sub.attention_mask,
+                            temperature=cfg.rollout.temperature,
+                            with_entropy=True,
+                            start=first_position(mask),
+                        )
+                        loss, metrics = policy_loss(
+                            logp,
+                            logp.detach() if old is None else old[micro, :width].to(device),
+                            advantages[micro, :width].to(device),
+                            mask,
+                            clip_low=loss_cfg.clip_low,
+                            clip_high=loss_cfg.clip_high,
+                            ref_logp=None if ref is None else ref[micro, :width].to(device),
+                            kl_coef=loss_cfg.kl_coef,
+                            aggregation=loss_cfg.aggregation,
+                            clip_ratio_c=loss_cfg.clip_ratio_c,
+                            norm_length=cfg.loss_norm_length,
+                        )
                     if epoch == 0 and m == 0:  # before any optimizer step of this batch
                         gaps.append((logprob_gap(logp, sub, mask), float(mask.sum())))
                     if not torch.isfinite(loss):
@@ -250,7 +253,7 @@ def gradient_cosine(
         mask = masks[head][rows, :width].to(device)
         # no early return: under ZeRO-3 every rank must run the same forwards
         empty = empty or not bool(mask.any())
-        with update.autocast():
+        with update.autocast():  # the forward only: autograd.grad below runs outside it
             logp, _ = token_logprobs(
                 model,
                 sub.input_ids,

@@ -21,6 +21,7 @@ objective over the global minibatch.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import random
 import time
@@ -36,6 +37,8 @@ from slca.advantages import compute_advantages
 from slca.config.train import TrainConfig
 from slca.data.record import TaskRecord
 from slca.eval.in_domain import in_domain_metrics
+from slca.faults import naming_the_place
+from slca.modeling import eval_autocast
 from slca.rewards.preference import SummaryScorer, build_summary_scorer
 from slca.rewards.score import RewardBreakdown, per_block_rewards, score_batch
 from slca.rollout.engines import Engine, SamplingParams
@@ -45,7 +48,14 @@ from slca.segments import head_masks, union_mask
 from slca.simulator import Simulator
 from slca.simulator.core import SimulatorStats
 from slca.training.batch import collate
-from slca.training.checkpoints import latest_checkpoint
+from slca.training.checkpoints import (
+    SET_ASIDE_PREFIX,
+    CheckpointError,
+    complete_checkpoints,
+    first_line,
+    set_aside,
+    verify_checkpoint,
+)
 from slca.training.diagnostics import step_diagnostics
 from slca.training.engines import UpdateEngine, explain_oom
 from slca.training.policy_update import (
@@ -53,6 +63,8 @@ from slca.training.policy_update import (
     minibatch_updates,
     old_and_reference_logprobs,
 )
+
+log = logging.getLogger(__name__)
 
 
 class Tracker(Protocol):
@@ -244,7 +256,7 @@ class Trainer:
         world, rank = self.update.world_size, self.update.rank
         n = len(self.validation_tasks)
         first, last = n * rank // world, n * (rank + 1) // world  # this rank's share
-        with self._generation():
+        with self._measuring():
             rollouts = run_rollouts(
                 self.validation_tasks[first:last],
                 engine=self.rollout_engine,
@@ -431,6 +443,15 @@ class Trainer:
             return self.update.autocast()
         return contextlib.nullcontext()
 
+    def _measuring(self) -> contextlib.AbstractContextManager[Any]:
+        """Validation generates in the measurement precision (:func:`eval_autocast`), as
+        ``evaluate`` and headroom do, whatever precision training runs in, so step 0 (the
+        SFT policy) compares with later steps and with ``evaluate``. vLLM generates in its
+        own processes in its own dtype (``rollout.vllm.dtype``)."""
+        if getattr(self.rollout_engine, "name", None) == "vllm":
+            return contextlib.nullcontext()
+        return eval_autocast(self.update.device)
+
     def _gather(self, value: Any) -> list[Any]:
         """``value`` of every rank, in rank order (``[value]`` in one process)."""
         if self.update.world_size == 1:
@@ -460,20 +481,38 @@ class Trainer:
     def checkpoint(self) -> Path:
         """Weights, optimizer, scheduler, RNG and trainer state under ``step_<k>``; the
         engine writes it beside the target and renames it, so it is complete or absent."""
-        path = self.update.save(
-            self.checkpoint_dir / f"step_{self.state.step:06d}", client_state=asdict(self.state)
-        )
+        with naming_the_place(self.checkpoint_dir, "train.checkpoint_dir"):
+            path = self.update.save(
+                self.checkpoint_dir / f"step_{self.state.step:06d}",
+                client_state=asdict(self.state),
+            )
         if self.tracker is not None:
             self.tracker.log_checkpoint(path, self.state.step)
         return path
 
     def restore(self) -> bool:
-        """Continue from the newest complete checkpoint; False when there is none."""
-        latest = latest_checkpoint(self.checkpoint_dir)
-        if latest is None:
-            return False
-        self.state = TrainerState(**self.update.load(latest))
-        return True
+        """Continue from the newest checkpoint that verifies and loads; False when there
+        is none. One that fails is reported in one line and set aside (renamed, not
+        deleted) by the main process, and the one before it is tried."""
+        candidates = complete_checkpoints(self.checkpoint_dir)
+        for checkpoint in reversed(candidates):
+            problem = verify_checkpoint(checkpoint)
+            if problem is None:
+                try:
+                    self.state = TrainerState(**self.update.load(checkpoint))
+                    return True
+                except Exception as exc:  # noqa: BLE001 — torch and safetensors raise many kinds
+                    problem = f"does not load ({type(exc).__name__}: {first_line(exc)})"
+            if self.update.is_main_process:
+                moved = set_aside(checkpoint)
+                log.warning("checkpoint %s: %s; set aside as %s", checkpoint, problem, moved.name)
+        if candidates:
+            raise CheckpointError(
+                f"train.checkpoint_dir {self.checkpoint_dir}: none of its {len(candidates)} "
+                f"checkpoints verifies (each set aside as {SET_ASIDE_PREFIX}step_*); start "
+                "again with --overwrite, or restore them from a copy"
+            )
+        return False
 
 
 def _block_reward_matrix(rollouts, scores) -> Tensor:

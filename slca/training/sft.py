@@ -201,8 +201,9 @@ def sft(
             ids, attention, mask = (t.to(update.device) for t in pad_batch(chunk, pad_id))
             update.zero_grad()
             with update.micro_batch():
-                logp, _ = token_logprobs(model, ids, attention, start=first_position(mask))
-                loss = -(logp * mask).sum() / mask.sum().clamp(min=1)
+                with update.autocast():  # the forward and the loss; backward outside it
+                    logp, _ = token_logprobs(model, ids, attention, start=first_position(mask))
+                    loss = -(logp * mask).sum() / mask.sum().clamp(min=1)
                 update.backward(loss)
             update.step()
             losses.append(loss.item())

@@ -14,10 +14,12 @@ import torch
 from torch import Tensor, nn
 from torch.optim.lr_scheduler import LambdaLR
 
+from slca import modeling
 from slca.config.engine import EngineConfig
 from slca.training.engine_support import (
     CLIENT_STATE,
     ENGINE_STATE,
+    check_outside_autocast,
     enable_gradient_checkpointing,
     join_process_group,
     load_hf_weights,
@@ -40,7 +42,8 @@ class TorchEngine:
 
     The model moves to ``device`` (see :class:`~slca.config.engine.EngineConfig`).
     ``bf16`` turns on ``torch.autocast`` for the forward (weights stay fp32; ``null``:
-    on for a model on a bf16-capable GPU);
+    on where :func:`slca.modeling.eval_dtype` is bf16, a bf16-capable GPU); backward runs
+    outside it (see :meth:`micro_batch`);
     ``gradient_checkpointing`` calls the model's ``gradient_checkpointing_enable``.
     """
 
@@ -55,7 +58,7 @@ class TorchEngine:
         self._bf16 = (
             self.config.bf16
             if self.config.bf16 is not None
-            else self._device.type == "cuda" and torch.cuda.is_bf16_supported()
+            else modeling.eval_dtype(self._device) == torch.bfloat16  # the one rule
         )
         if self.config.gradient_checkpointing:
             enable_gradient_checkpointing(model)
@@ -117,13 +120,12 @@ class TorchEngine:
         )
 
     def micro_batch(self, *, boundary: bool = True) -> contextlib.AbstractContextManager[Any]:
-        stack = contextlib.ExitStack()
-        stack.enter_context(self.autocast())
         if not boundary and self._model is not self._module:  # DDP reads it at forward time
-            stack.enter_context(self._model.no_sync())
-        return stack
+            return self._model.no_sync()
+        return contextlib.nullcontext()
 
     def backward(self, loss: Tensor, *, boundary: bool = True) -> None:
+        check_outside_autocast(self._device)
         loss.backward()
 
     def step(self) -> float:

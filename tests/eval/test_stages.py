@@ -114,6 +114,54 @@ def test_value_probe_tasks_are_synth_val_tasks_capped_0_skipping(trained):
     assert value_probe_metrics(empty, None, None, "cpu") == {}
 
 
+def test_evaluate_loads_fp32_and_measures_in_the_rule_s_precision(trained, tmp_path, monkeypatch):
+    """evaluate asks :func:`slca.modeling.eval_dtype`, as validation and headroom do: fp32
+    weights, and the rollouts and the value probe in bf16 autocast when the rule says
+    bf16 (forced here on the CPU; the CPU rule itself is fp32, as the tests above run)."""
+    import torch
+
+    from slca import modeling
+    from slca.eval import value_probe
+    from slca.rollout import loop
+
+    root, params, _ = trained
+    loaded, logits, autocast = [], set(), {}
+    real_load, real_probe, real_rollouts = (
+        modeling.load_causal_lm,
+        value_probe.value_probe,
+        loop.run_rollouts,
+    )
+
+    def load(source, **kwargs):
+        loaded.append(kwargs.get("dtype"))
+        model, tokenizer = real_load(source, **kwargs)
+        model.lm_head.register_forward_hook(lambda _m, _i, out: logits.add(out.dtype))
+        return model, tokenizer
+
+    def spied(name, real):
+        def call(*args, **kwargs):
+            autocast.setdefault(name, set()).add(torch.is_autocast_enabled("cpu"))
+            return real(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(modeling, "load_causal_lm", load)
+    monkeypatch.setattr(value_probe, "value_probe", spied("probe", real_probe))
+    monkeypatch.setattr(loop, "run_rollouts", spied("rollouts", real_rollouts))
+    monkeypatch.setattr(modeling, "eval_dtype", lambda device: torch.bfloat16)
+    settings = {
+        **params["evaluate"],
+        "in_domain": {"max_tasks": 2},
+        "value_probe_tasks": 1,
+        "report_path": str(tmp_path / "bf16.json"),
+        "tracking_dir": None,
+    }
+    evaluate(EvaluateParams.model_validate(settings))
+    assert loaded == ["float32"]
+    assert autocast == {"probe": {True}, "rollouts": {True}}
+    assert logits == {torch.bfloat16}
+
+
 def test_evaluate_scores_summaries_with_a_judge_on_its_own_engine(trained, tmp_path):
     """evaluate.rewards.summary.name=judge: evaluation builds the judge's local engine as
     training does (slca.rewards.judge_engine), once, and reports its counters."""

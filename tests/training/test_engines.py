@@ -411,3 +411,35 @@ def test_deepspeed_zero_on_cpu_steps_saves_and_loads(stage, optimizer, tokenizer
     # two accumulated half batches under DeepSpeed == one full batch under plain torch
     reference = make_engine(tokenizer, name=optimizer)
     assert result["grad_norm"] == pytest.approx(lm_step(reference, batch)[1], rel=1e-4)
+
+
+# ---------------------------------------------------------------- issue 35: precision
+
+
+def test_autocast_wraps_the_forward_only_and_backward_refuses_it(tokenizer, batch):
+    """``micro_batch`` no longer enters autocast; the forward goes in ``autocast()``
+    (bf16 here, on the CPU) and ``backward`` refuses to run inside it."""
+    engine = TorchEngine(tiny_model(tokenizer), EngineConfig(bf16=True, optim={"lr": 1e-2}))
+    with engine.micro_batch():
+        assert not torch.is_autocast_enabled("cpu")
+        with engine.autocast():
+            logits = engine.model(input_ids=batch).logits
+            loss = engine.model(input_ids=batch, labels=batch).loss
+        with engine.autocast(), pytest.raises(RuntimeError, match="inside autocast"):
+            engine.backward(loss)
+        engine.backward(loss)  # the graph is intact: the refusal came before backward
+    assert logits.dtype is torch.bfloat16
+    assert all(p.grad is not None for p in engine.model.parameters() if p.requires_grad)
+
+
+def test_the_default_forward_precision_is_the_measurement_rule(tokenizer, batch, monkeypatch):
+    """``bf16: null`` follows :func:`slca.modeling.eval_dtype` (fp32 on the CPU)."""
+    from slca import modeling
+
+    def forward_dtype(engine):
+        with engine.autocast(), torch.no_grad():
+            return engine.model(input_ids=batch).logits.dtype
+
+    assert forward_dtype(make_engine(tokenizer)) is torch.float32
+    monkeypatch.setattr(modeling, "eval_dtype", lambda device: torch.bfloat16)
+    assert forward_dtype(make_engine(tokenizer)) is torch.bfloat16

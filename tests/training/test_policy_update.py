@@ -87,3 +87,36 @@ def test_micro_batching_does_not_change_the_update(world, tmp_path, aggregation)
 
 
 # ---------------------------------------------------------------- issue 18: the factory
+
+
+# ---------------------------------------------------------------- issue 35: precision
+
+
+def test_bf16_forwards_run_in_autocast_and_every_backward_outside_it(world, tmp_path, monkeypatch):
+    """With ``train.engine.bf16`` on the CPU the update's forwards run in bf16 autocast,
+    while the engine's backward and the gradient probe's ``autograd.grad`` run after
+    autocast is left (PyTorch advises against backward under autocast)."""
+    from slca.config.engine import EngineConfig
+    from slca.training.engines import TorchEngine
+
+    trainer, model, _ = make(world, tmp_path, steps=1, update={"micro_batch_size": 2})
+    trainer.update = TorchEngine(model, EngineConfig(bf16=True, optim={"lr": 1e-3}))
+    logits = set()
+    model.lm_head.register_forward_hook(lambda _m, _i, out: logits.add(out.dtype))
+    inside = []  # autocast state at each backward
+    real_backward, real_grad = trainer.update.backward, torch.autograd.grad
+
+    def backward(loss, *, boundary=True):
+        inside.append(("backward", torch.is_autocast_enabled("cpu")))
+        real_backward(loss, boundary=boundary)
+
+    def grad(*args, **kwargs):
+        inside.append(("grad", torch.is_autocast_enabled("cpu")))
+        return real_grad(*args, **kwargs)
+
+    monkeypatch.setattr(trainer.update, "backward", backward)
+    monkeypatch.setattr(torch.autograd, "grad", grad)
+    trainer.run()
+    assert logits == {torch.bfloat16}
+    assert {kind for kind, _ in inside} == {"backward", "grad"}  # the probe ran too
+    assert not any(state for _, state in inside)

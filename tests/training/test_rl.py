@@ -407,3 +407,62 @@ def test_every_phase_is_timed_in_the_step_metrics(world, tmp_path):
         parts = sum(m[f"perf/{p}_s"] for p in ("rollout", "score", "logprobs", "update"))
         assert parts <= m["perf/step_s"]
         assert ("perf/validate_s" in m) == (step == 2)
+
+
+# ---------------------------------------------------------------- issue 35: precision
+
+
+class PrecisionSpy(ScriptedEngine):
+    """A scripted policy that shares the update's module (so training samples in the
+    engine's autocast) and records the autocast state of every generate call."""
+
+    def __init__(self, tokenizer, script, model):
+        super().__init__(tokenizer, script)
+        self.shares_module, self.model, self.seen = True, model, []
+
+    def generate(self, prompts, params):
+        on = torch.is_autocast_enabled("cpu")
+        phase = "validation" if params.temperature == 0.0 else "training"
+        self.seen.append((phase, torch.get_autocast_dtype("cpu") if on else torch.float32))
+        return super().generate(prompts, params)
+
+
+@pytest.mark.parametrize("engine_bf16, rule", [(True, torch.float32), (False, torch.bfloat16)])
+def test_validation_runs_in_the_measurement_precision_not_the_training_one(
+    world, tmp_path, monkeypatch, engine_bf16, rule
+):
+    """Validation asks :func:`slca.modeling.eval_dtype` (as evaluate and headroom do);
+    training samples in the update engine's precision (``train.engine.bf16``)."""
+    from slca import modeling
+
+    monkeypatch.setattr(modeling, "eval_dtype", lambda device: rule)
+    tasks, tokenizer = world
+    trainer, model, _ = make(world, tmp_path, steps=1)
+    trainer.update = TorchEngine(model, EngineConfig(bf16=engine_bf16, optim={"lr": 1e-3}))
+    trainer.rollout_engine = spy = PrecisionSpy(tokenizer, trainer.rollout_engine.script, model)
+    trainer.validation_tasks = [tasks[0].model_copy(update={"id": "val-" + tasks[0].id})]
+    trainer.sample()  # a step's rollouts, as run() samples them
+    trainer.validate()
+    training = torch.bfloat16 if engine_bf16 else torch.float32
+    assert {p for p, _ in spy.seen} == {"validation", "training"}
+    assert all(d is (rule if p == "validation" else training) for p, d in spy.seen)
+
+
+def test_validation_of_a_real_policy_computes_in_the_rule_s_dtype(world, tmp_path, monkeypatch):
+    """Through ``HFEngine`` on the tiny policy: the rule forced to bf16 on the CPU makes
+    validation's logits bf16; the CPU rule (fp32) keeps them fp32."""
+    from slca import modeling
+
+    tasks, tokenizer = world
+    short = {"tasks_per_step": 1, "group_size": 2, "max_new_tokens": 4, "max_turns": 1}
+    trainer, model, _ = make(world, tmp_path, steps=1, rollout=short)
+    trainer.rollout_engine = HFEngine(model, tokenizer, batch_size=1)
+    trainer.validation_tasks = tasks[:1]
+    logits = []
+    model.lm_head.register_forward_hook(lambda _m, _i, out: logits.append(out.dtype))
+    trainer.validate()
+    assert set(logits) == {torch.float32}
+    logits.clear()
+    monkeypatch.setattr(modeling, "eval_dtype", lambda device: torch.bfloat16)
+    trainer.validate()
+    assert logits and set(logits) == {torch.bfloat16}

@@ -123,3 +123,23 @@ def test_grouping_by_length_pads_less_and_still_trains_on_every_example_once():
     again = micro_batches(order, lengths, 8, random.Random(1), group_by_length=True)
     assert again == grouped
     assert micro_batches(order, lengths, 8, random.Random(2), group_by_length=True) != grouped
+
+
+def test_sft_forwards_in_the_engines_autocast_and_backs_up_outside_it(monkeypatch):
+    """bf16 on the CPU: SFT's forward runs in bf16 autocast, its backward outside it."""
+    import torch
+
+    tasks, tokenizer = data()
+    examples = [build_example(t, tokenizer, Simulator()) for t in tasks[:2]]
+    model = tiny_model(tokenizer)
+    update = TorchEngine(model, EngineConfig(bf16=True, optim={"lr": 3e-3}))
+    logits, inside = set(), []
+    model.lm_head.register_forward_hook(lambda _m, _i, out: logits.add(out.dtype))
+    real = update.backward
+    monkeypatch.setattr(
+        update,
+        "backward",
+        lambda loss, **kw: inside.append(torch.is_autocast_enabled("cpu")) or real(loss, **kw),
+    )
+    sft(update, examples, epochs=1, micro_batch_size=2, pad_id=tokenizer.pad_token_id)
+    assert logits == {torch.bfloat16} and inside == [False]
