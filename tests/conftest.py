@@ -88,3 +88,141 @@ def prefect_harness():
 
     with prefect_test_harness(server_startup_timeout=120):
         yield
+
+
+# --- the GPU image's Python and the bundle, for the CI smoke of the device path ---------
+# (issue 35) The GPU tools' smokes run as `make gpu-check` / `make gpu-credit` run them on
+# a GPU machine: in a Python holding only what the image has, with the bundle's wheels
+# installed by `make gpu-site`, so an import that neither brings fails here first. That
+# Python is a venv whose site-packages links the image's distributions from the dev venv:
+# built in seconds, offline, at the dev venv's versions.
+
+import hashlib  # noqa: E402
+import importlib.metadata  # noqa: E402
+import importlib.util  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from types import SimpleNamespace  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def load_tool(name: str):
+    """``tools/<name>.py``, registered in ``sys.modules`` (the tests load it so too)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, REPO / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def distribution_of(module: str) -> str:
+    """The distribution named ``module``, else the one whose top_level.txt lists it (PyYAML
+    for yaml): packages_distributions() would read every RECORD (seconds)."""
+    try:
+        return importlib.metadata.distribution(module).name
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    for dist in importlib.metadata.distributions():
+        if module in (dist.read_text("top_level.txt") or "").split():
+            return dist.name
+    raise importlib.metadata.PackageNotFoundError(module)
+
+
+def image_distributions() -> tuple[list[importlib.metadata.Distribution], list[str]]:
+    """The dev venv's distributions a GPU image holds: those of gpu_check.IMAGE_MODULES,
+    what they require (no extras) and pip (`make gpu-site` installs with it); less the
+    bundle's wheels, whose names come back apart: the bundle must bring those itself,
+    though the image may hold them too (transformers -> typer -> pydantic)."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    todo = [distribution_of(m) for m in load_tool("gpu_check").IMAGE_MODULES] + ["pip"]
+    found: dict[str, importlib.metadata.Distribution] = {}
+    while todo:
+        name = canonicalize_name(todo.pop())
+        if name not in found:
+            found[name] = importlib.metadata.distribution(name)
+            for line in found[name].requires or ():
+                req = Requirement(line)
+                if req.marker is None or req.marker.evaluate({"extra": ""}):
+                    todo.append(req.name)
+    wheels = load_tool("gpu_bundle").WHEELS
+    bundled = {canonicalize_name(w.split("==")[0]) for w in wheels}
+    return [d for n, d in found.items() if n not in bundled], sorted(bundled & set(found))
+
+
+@pytest.fixture(scope="session")
+def gpu_image(tmp_path_factory) -> SimpleNamespace:
+    """A venv (``python``) whose site-packages links each of :func:`image_distributions`'
+    top-level entries (packages, modules, .so files, .libs and .dist-info folders); also
+    the ``distributions`` linked and the ``bundled`` ones left out."""
+    venv = tmp_path_factory.mktemp("gpu-image")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    (site,) = venv.glob("lib/python3*/site-packages")
+    dists, bundled = image_distributions()
+    for dist in dists:
+        assert dist.files is not None, f"{dist.name} lists no files: cannot link it"
+        for top in {f.parts[0] for f in dist.files}:
+            # scripts (../bin) and .pth hooks are not what an import finds
+            if top in ("..", "__pycache__") or top.endswith(".pth"):
+                continue
+            source, link = Path(dist.locate_file(top)), site / top
+            if source.exists() and not link.exists():
+                link.symlink_to(source)
+    names = sorted(d.metadata["Name"] for d in dists)
+    return SimpleNamespace(
+        python=str(venv / "bin" / "python"), distributions=names, bundled=bundled
+    )
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "slca"
+
+
+@pytest.fixture(scope="session")
+def gpu_wheels() -> Path:
+    """The bundle's wheel sets: the repo's .gpu/ when `make gpu-bundle` made them, else
+    downloaded (PyPI, about 13 MB) into a cache keyed by the pins, on first use."""
+    gpu_bundle = load_tool("gpu_bundle")
+    parts = ["wheels/common", *(f"wheels/{gpu_bundle.wheel_tag(v)}" for v in gpu_bundle.PYTHONS)]
+    try:
+        gpu_bundle.check(REPO / ".gpu", parts)
+        return REPO / ".gpu" / "wheels"
+    except gpu_bundle.BundleError:
+        pass
+    key = hashlib.sha256(repr((gpu_bundle.WHEELS, gpu_bundle.PYTHONS)).encode()).hexdigest()
+    cached = cache_dir() / f"gpu-wheels-{key[:12]}"
+    if not (cached / "complete").is_file():
+        shutil.rmtree(cached, ignore_errors=True)
+        gpu_bundle.download_wheels(cached)
+        (cached / "complete").write_text("")
+    return cached / "wheels"
+
+
+@pytest.fixture(scope="session")
+def smoke_bundle(gpu_wheels, tmp_path_factory) -> Path:
+    """A bundle of the wheel sets and their manifest, which the smokes share (its site is
+    installed once)."""
+    root = tmp_path_factory.mktemp("gpu-bundle")
+    shutil.copytree(gpu_wheels, root / "wheels")
+    load_tool("gpu_bundle").write_manifest(root)
+    return root
+
+
+@pytest.fixture(scope="session")
+def gpu_make(gpu_image, smoke_bundle):
+    """``gpu_make(target, args)``: ``make <target>`` with the image's Python and
+    :func:`smoke_bundle`, ``args`` as the tool's arguments; the completed process."""
+
+    def make(target: str, args: str = "") -> subprocess.CompletedProcess:
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+        cmd = ["make", "-s", target, f"GPU_PYTHON={gpu_image.python}", f"GPU_DIR={smoke_bundle}"]
+        variable = {"gpu-check": "GPU_CHECK_ARGS", "gpu-credit": "GPU_CREDIT_ARGS"}.get(target)
+        cmd += [f"{variable}={args}"] if variable else []
+        return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1500)
+
+    return make

@@ -1,10 +1,9 @@
 """tools/gpu_check.py: the prepared GPU check runs end to end (here in its CPU smoke mode)
-and writes one valid JSON report; what it cannot run is skipped, visibly."""
+and writes one valid JSON report; what it cannot run is skipped, visibly. The smoke runs in
+the GPU image's Python with the bundle (conftest's ``gpu_make``), as on a GPU machine."""
 
 import importlib.util
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,17 +22,15 @@ def load_tool():
 
 
 @pytest.mark.slow
-def test_the_smoke_check_runs_end_to_end_and_writes_one_valid_report(tmp_path):
+def test_the_smoke_check_runs_end_to_end_and_writes_one_valid_report(gpu_make, tmp_path):
+    """As on a GPU machine: `make gpu-check` with the image's Python and the bundle
+    (conftest's ``gpu_make``), the one run of the smoke in the tests."""
     out = tmp_path / "report.json"
-    run = subprocess.run(
-        [sys.executable, str(TOOL), "--smoke", "--out", str(out), "--work", str(tmp_path / "w")],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    run = gpu_make("gpu-check", f"--smoke --out {out} --work {tmp_path / 'w'}")
     assert run.returncode == 0, run.stderr[-4000:]
     report = json.loads(out.read_text())
     parts = report["parts"]
+    assert report["environment"]["missing_modules"] == []
     assert report["mode"] == "smoke" and report["summary"]["failed"] == 0
     assert all(parts[name]["status"] == "ok" for name in CORE), {
         n: parts[n].get("error") for n in CORE
@@ -55,9 +52,7 @@ def test_the_smoke_check_runs_end_to_end_and_writes_one_valid_report(tmp_path):
         assert parts[name]["status"] == "skipped" and parts[name]["reason"]
     assert (tmp_path / "w" / "models" / "slca-hf" / "model.safetensors").is_file()
     # an existing report is never replaced
-    again = subprocess.run(
-        [sys.executable, str(TOOL), "--smoke", "--out", str(out)], capture_output=True, text=True
-    )
+    again = gpu_make("gpu-check", f"--smoke --out {out}")
     assert again.returncode != 0 and "exists" in again.stderr
     assert json.loads(out.read_text()) == report
 

