@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_tool
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -26,17 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 MiB = 2**20
 
 
-def load(name: str):
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, REPO / "tools" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-gpu_bundle = load("gpu_bundle")
+gpu_bundle = load_tool("gpu_bundle")
 
 
 # --- the transfer plan -------------------------------------------------------------------
@@ -272,7 +263,7 @@ def test_each_python_installs_its_wheel_set_or_stops_with_one_line(wheel_bundle,
 # --- gpu_check: the bundle it writes and what it loads by default ------------------------------
 
 
-gpu_check = load("gpu_check")
+gpu_check = load_tool("gpu_check")
 
 
 @pytest.fixture(scope="module")

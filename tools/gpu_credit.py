@@ -442,16 +442,9 @@ def paired_mean(arm: dict[str, dict[str, float]], baseline: dict[str, dict[str, 
     """``slca.eval.paired.paired_difference``'s pairing and mean without its interval:
     seeds pair by name, a single baseline run pairs with every seed, the tasks every
     pair scored enter, each task's difference is averaged over the pairs."""
-    if len(baseline) == 1:
-        (only,) = baseline.values()
-        pairs = [(arm[s], only) for s in sorted(arm)]
-    else:
-        pairs = [(arm[s], baseline[s]) for s in sorted(arm) if s in baseline]
-    if not pairs:
-        raise ValueError(f"no seed pairs (arm {sorted(arm)}, baseline {sorted(baseline)})")
-    tasks = sorted(set.intersection(*(set(a) & set(b) for a, b in pairs)))
-    if not tasks:
-        raise ValueError("the paired runs share no task")
+    from slca.eval.paired import paired_runs
+
+    pairs, tasks = paired_runs(arm, baseline)
     diffs = [statistics.fmean(a[t] - b[t] for a, b in pairs) for t in tasks]
     return {
         "mean": statistics.fmean(diffs),

@@ -46,6 +46,28 @@ def redundant_by_task(lines: Iterable[Mapping]) -> dict[str, float]:
     }
 
 
+def paired_runs(
+    arm: Mapping[str, Outcomes], baseline: Mapping[str, Outcomes]
+) -> tuple[list[tuple[Outcomes, Outcomes]], list[str]]:
+    """The (arm run, baseline run) pairs and the tasks every pair scored: seeds pair by
+    name; a baseline with a single run pairs with every seed of ``arm``. Raises
+    ValueError when nothing pairs. No scipy: the GPU tools pair where it is absent."""
+    if len(baseline) == 1:
+        (only,) = baseline.values()
+        pairs = [(arm[s], only) for s in sorted(arm)]
+    else:
+        pairs = [(arm[s], baseline[s]) for s in sorted(arm) if s in baseline]
+    if not pairs:
+        raise ValueError(
+            f"paired_difference: no seed pairs (arm seeds {sorted(arm)}, "
+            f"baseline seeds {sorted(baseline)})"
+        )
+    tasks = sorted(set.intersection(*(set(a) & set(b) for a, b in pairs)))
+    if not tasks:
+        raise ValueError("paired_difference: the paired runs share no task")
+    return pairs, tasks
+
+
 @dataclass(frozen=True)
 class PairedDifference:
     """Mean of arm − baseline over the paired tasks, and its bootstrap interval.
@@ -81,19 +103,7 @@ def paired_difference(
 
     if not 0 < confidence < 1:
         raise ValueError(f"paired_difference: confidence must be in (0, 1); got {confidence}")
-    if len(baseline) == 1:
-        (only,) = baseline.values()
-        pairs = [(arm[s], only) for s in sorted(arm)]
-    else:
-        pairs = [(arm[s], baseline[s]) for s in sorted(arm) if s in baseline]
-    if not pairs:
-        raise ValueError(
-            f"paired_difference: no seed pairs (arm seeds {sorted(arm)}, "
-            f"baseline seeds {sorted(baseline)})"
-        )
-    tasks = sorted(set.intersection(*(set(a) & set(b) for a, b in pairs)))
-    if not tasks:
-        raise ValueError("paired_difference: the paired runs share no task")
+    pairs, tasks = paired_runs(arm, baseline)
     diffs = np.array([[a[t] - b[t] for t in tasks] for a, b in pairs]).mean(axis=0)
     mean = float(diffs.mean())
     if np.ptp(diffs) == 0:  # every task differs alike: the bootstrap has nothing to vary
