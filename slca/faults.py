@@ -61,9 +61,9 @@ def fault_reason(exc: BaseException, setting: str) -> str | None:
             )
         if any(s in text for s in _LOCKED):
             return (
-                "the MLflow store is locked by another process (SQLite's busy timeout "
-                "ran out); stop the other writer, or use another store "
-                f"({setting})"
+                "the MLflow store is locked by another process (MLflow waits out "
+                "SQLite's busy_timeout, 20 s, then gives up); stop the other writer, or "
+                f"use another store ({setting})"
             )
     return None
 
