@@ -92,3 +92,25 @@ def test_a_damaged_store_is_one_line_naming_the_setting(config, tmp_path):
     assert said.startswith(f"train.tracking_dir {store}: the MLflow store is damaged")
     assert "\n" not in said
     assert not (tmp_path / "ckpt").exists() or not list((tmp_path / "ckpt").rglob("step_*"))
+
+
+def test_a_store_locked_by_another_process_is_one_line_naming_the_setting(config, tmp_path):
+    """Another process holds the SQLite store (``BEGIN EXCLUSIVE``): after MLflow's bounded
+    wait, one line naming train.tracking_dir (was a 94-line traceback)."""
+    import sqlite3
+
+    from slca.tracking import Tracker
+
+    store = tmp_path / "mlflow"
+    Tracker(store).ensure_experiment()  # a real, migrated store
+    holder = sqlite3.connect(store / "mlflow.db", isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(FaultError) as caught:
+            run_train(config(tracking_dir=str(store)))
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    said = str(caught.value)
+    assert said.startswith(f"train.tracking_dir {store}: the MLflow store is locked")
+    assert "\n" not in said
