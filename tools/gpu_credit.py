@@ -146,9 +146,9 @@ def append_lines(path: Path, lines: list[dict]) -> None:
 
 def write_json(path: Path, data: Any) -> None:
     """``data`` as JSON at ``path``, written then renamed."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")
-    os.replace(tmp, path)
+    from slca.atomic import atomic_write_text
+
+    atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")
 
 
 # --- the plan ---------------------------------------------------------------------------
