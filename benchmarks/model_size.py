@@ -46,11 +46,11 @@ def build(name: str, texts: list[str], smollm2_dir: Path):
 
 def main() -> int:
     from slca.data import io
+    from slca.generation.engines import HFEngine, SamplingParams
     from slca.rollout.chat import ChatRenderer
-    from slca.rollout.engines import HFEngine, SamplingParams
+    from slca.rollout.gold import build_example
     from slca.simulator import Simulator
     from slca.training.batch import first_position, token_logprobs
-    from slca.training.sft import build_example
     from slca.training.tiny import tokenizer_texts
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

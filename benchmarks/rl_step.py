@@ -60,10 +60,10 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     from slca.config.vllm import VLLMConfig
+    from slca.generation.engines import HFEngine
+    from slca.generation.vllm_engine import VLLMEngine
     from slca.modeling import load_causal_lm, save_hf_checkpoint
     from slca.rollout.chat import ensure_tool_template
-    from slca.rollout.engines import HFEngine
-    from slca.rollout.vllm_engine import VLLMEngine
     from slca.training.engines import TorchEngine
     from slca.training.rl import Trainer
 

@@ -25,7 +25,7 @@ import torch
 
 from slca.config.data import SynthParams
 from slca.data.synth import generate
-from slca.rollout.engines import HFEngine, SamplingParams
+from slca.generation.engines import HFEngine, SamplingParams
 from slca.rollout.loop import RolloutLimits, run_rollouts
 from slca.simulator import Simulator
 
@@ -72,7 +72,7 @@ def build(engine: str, path: Path, args):
         model, tokenizer = load_causal_lm(path, dtype="float32")
         return HFEngine(model, tokenizer, batch_size=args.batch_size), tokenizer
     from slca.config.vllm import VLLMConfig
-    from slca.rollout.vllm_engine import VLLMEngine
+    from slca.generation.vllm_engine import VLLMEngine
 
     tokenizer = load_tokenizer(path)
     bind = args.vllm_bind or (f"0-{args.threads - 1}" if args.threads else None)

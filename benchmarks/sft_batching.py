@@ -36,9 +36,10 @@ def main() -> int:
     from slca.config.engine import EngineConfig
     from slca.data import io
     from slca.modeling import load_causal_lm
+    from slca.rollout.gold import build_example
     from slca.simulator import Simulator
     from slca.training.engines import build_engine
-    from slca.training.sft import LENGTH_WINDOW, build_example, micro_batches, sft
+    from slca.training.sft import LENGTH_WINDOW, micro_batches, sft
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", type=Path, default=REPO / "models/base")

@@ -70,7 +70,7 @@ def group_cache_hit_rate(p_exact: float, group_size: int = 8, tasks: int = 200) 
 
 
 def validation_rows_per_second(in_dir: str) -> tuple[float, int]:
-    from slca import ge
+    from slca.data import ge
 
     records = io.read_dataset(in_dir, ["val"])
     table = simulate_gold_calls(records, Simulator(seed=0))

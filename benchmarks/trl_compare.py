@@ -398,7 +398,7 @@ class Replay:
         self.completions, self.stop_ids = [list(c) for c in completions], set(stop_ids)
 
     def generate(self, prompts, params):
-        from slca.rollout.engines import Generation
+        from slca.generation.engines import Generation
 
         if len(prompts) != len(self.completions):
             raise RuntimeError(f"{len(prompts)} prompts for {len(self.completions)} completions")
@@ -417,8 +417,8 @@ def single_turn_rollouts(completion_ids, task_ids, tasks_by_id, tokenizer, simul
     """slca's rollouts of TRL's completions (``group`` consecutive ones per prompt, as
     TRL repeats them): ``run_rollouts`` with ``max_turns=1`` parses each and runs its
     calls in the simulator, exactly as slca's own single-turn rollouts do."""
+    from slca.generation.engines import SamplingParams
     from slca.rollout.chat import END_OF_TURN
-    from slca.rollout.engines import SamplingParams
     from slca.rollout.loop import RolloutLimits, run_rollouts
 
     prompts = [tasks_by_id[t] for t in task_ids[::group]]

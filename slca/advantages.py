@@ -35,15 +35,16 @@ from typing import Literal, Protocol
 import torch
 from torch import Tensor
 
-from slca.group_stats import (
+from slca.config.names import (
+    ESTIMATOR_NAMES,
     NUMERICS,
     SINGLETONS,
+    SUMMARY,
+    TOOL,
     Numerics,
     Singleton,
-    group_zscore,
-    onto,
-    rows_with_tokens,
 )
+from slca.group_stats import group_zscore, onto, rows_with_tokens
 from slca.registry import Registry
 from slca.segments import union_mask
 
@@ -64,8 +65,6 @@ __all__ = [
     "register_advantage",
 ]
 
-TOOL, SUMMARY = "tool", "summary"
-"""The two HierR heads; estimators that treat the tool head specially use this name."""
 
 Granularity = Literal["trajectory", "per_call"]
 
@@ -90,7 +89,7 @@ class Estimator(Protocol):
     ) -> Tensor: ...
 
 
-_REGISTRY: Registry[Estimator] = Registry("advantage estimator")
+_REGISTRY: Registry[Estimator] = Registry("advantage estimator", names=ESTIMATOR_NAMES)
 
 
 def register_advantage(name: str) -> Callable[[Estimator], Estimator]:

@@ -5,15 +5,10 @@ the estimators and their registry stay in :mod:`slca.advantages`."""
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 from torch import Tensor
 
-Numerics = Literal["float64", "float32"]
-Singleton = Literal["zero", "raw"]
-NUMERICS: tuple[str, ...] = ("float64", "float32")
-SINGLETONS: tuple[str, ...] = ("zero", "raw")
+from slca.config.names import Numerics, Singleton
 
 
 def group_zscore(

@@ -5,13 +5,10 @@ The loss consumes per-token advantages and never knows which estimator made them
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 from torch import Tensor
 
-Aggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
-AGGREGATIONS: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+from slca.config.names import AGGREGATIONS, Aggregation
 
 
 def k3_kl(logp: Tensor, ref_logp: Tensor) -> Tensor:

@@ -17,31 +17,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 
+from slca.config.names import (
+    DEFAULT_ROUTING,
+    SEGMENT_KINDS,
+    SEGMENT_MODES,
+    SegmentMode,
+    validate_routing,
+)
 from slca.grammar import lex_turn
-
-SEGMENT_KINDS: tuple[str, ...] = ("reasoning", "tool_call", "preamble", "summary")
-"""Every label a policy token can carry, in code order (code = index)."""
 
 KIND_CODE: dict[str, int] = {kind: code for code, kind in enumerate(SEGMENT_KINDS)}
 ENV = -1
 """Code of tokens the policy did not write; they get no advantage and no loss."""
-
-DEFAULT_ROUTING: dict[str, str | None] = {
-    "reasoning": "tool",
-    "tool_call": "tool",
-    "preamble": "tool",
-    "summary": "summary",
-}
-"""Segment kind → reward head. ``None`` drops the kind from training (mask 0)."""
-
-SegmentMode = Literal["grammar", "mask_runs"]
-SEGMENT_MODES: tuple[str, ...] = ("grammar", "mask_runs")
-"""How tokens reach heads: by their grammar label through the routing (slca), or by
-the position of their run of policy tokens (the reference)."""
 
 _REGION_KIND = {"think": "reasoning", "tool_call": "tool_call"}
 
@@ -223,21 +213,6 @@ def label_turn_tokens(
     empty_kind = "summary" if final else "preamble"
     kinds = label_tokens(offsets, spans, empty_kind=empty_kind)
     return TurnLabels(text, offsets, spans, kinds, call_indices(kinds, offsets, spans))
-
-
-def validate_routing(routing: Mapping[str, str | None]) -> dict[str, str | None]:
-    """Check that ``routing`` maps exactly the segment kinds to head names (or None)."""
-    unknown = sorted(set(routing) - set(SEGMENT_KINDS))
-    missing = [kind for kind in SEGMENT_KINDS if kind not in routing]
-    if unknown or missing:
-        raise ValueError(
-            f"segment routing must map exactly {list(SEGMENT_KINDS)}; "
-            f"unknown: {unknown}, missing: {missing}"
-        )
-    for kind, head in routing.items():
-        if head is not None and (not isinstance(head, str) or not head):
-            raise ValueError(f"segment routing[{kind!r}] must be a head name or null, got {head!r}")
-    return dict(routing)
 
 
 def head_masks(

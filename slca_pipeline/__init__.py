@@ -1,6 +1,7 @@
-"""slca's orchestration: Prefect tasks (:mod:`slca_pipeline.tasks`) and flows
-(:mod:`slca_pipeline.flows`) around the library in ``slca/``, which imports neither
-Prefect nor DVC (DESIGN §6). Deployments: ``prefect.yaml``; DVC stages: ``dvc.yaml``.
+"""slca's orchestration: Prefect tasks (:mod:`slca_pipeline.tasks`), flows
+(:mod:`slca_pipeline.flows`) and the ``slca`` command (:mod:`slca_pipeline.cli`) around
+the library in ``slca/``, which imports neither Prefect, DVC nor this package (DESIGN
+§6). Deployments: ``prefect.yaml``; DVC stages: ``dvc.yaml``.
 
 Prefect's settings below are fixed here, before any task or flow module imports Prefect.
 """

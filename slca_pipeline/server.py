@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
 WILDCARD = ("", "0.0.0.0", "::")
@@ -46,6 +47,32 @@ def server_environment(host: str, port: int) -> dict[str, str]:
         "PREFECT_SERVER_CORS_ALLOWED_ORIGINS": origins,
         "PREFECT_UI_API_URL": f"http://{url_host}:{port}/api",
     }
+
+
+PREFECT_FACTORY = "prefect.server.api.server:create_app"
+EPHEMERAL_FACTORY = "slca_pipeline.server:ephemeral_app"
+
+
+def ephemeral_app() -> Any:
+    """The app of a flow command's ephemeral server (Prefect's ``SubprocessASGIServer``:
+    uvicorn on 127.0.0.1 and a free port, ``--factory``): Prefect's own, answering the
+    loopback names only. That server listens on a real socket, so a page rebound to
+    127.0.0.1 could reach it as it could ``slca ui``'s."""
+    from prefect.server.api.server import create_app
+    from starlette.middleware.trustedhost import TrustedHostMiddleware
+
+    return TrustedHostMiddleware(create_app(), allowed_hosts=list(LOOPBACK))
+
+
+def host_checked(command: Sequence[str]) -> list[str]:
+    """Prefect's ephemeral server command with :func:`ephemeral_app` as its factory."""
+    return [EPHEMERAL_FACTORY if part == PREFECT_FACTORY else part for part in command]
+
+
+def ephemeral_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """The ephemeral server's environment with Prefect's CSRF protection on (Prefect's
+    client fetches the token itself), unless ``env`` sets it."""
+    return {"PREFECT_SERVER_CSRF_PROTECTION_ENABLED": "true", **env}
 
 
 def main(argv: Sequence[str] | None = None) -> None:

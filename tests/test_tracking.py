@@ -4,6 +4,8 @@ One store per module (creating its tables takes seconds); each test uses its own
 experiment, so runs never mix.
 """
 
+import hashlib
+import json
 import logging
 import os
 import subprocess
@@ -196,6 +198,26 @@ def run_steps(tracker, steps, scale):
         if step % 2 == 0:  # logged every other step, like a probe every K steps
             metrics["actor/grad_cosine"] = scale * step
         tracker.log_metrics(metrics, step=step)
+
+
+class _TerminationSignal(BaseException):
+    """As Prefect's, which a worker's SIGTERM raises in a cancelled flow run."""
+
+
+@pytest.mark.parametrize(
+    "stop, status",
+    [(KeyboardInterrupt, "KILLED"), (_TerminationSignal, "KILLED"), (RuntimeError, "FAILED")],
+)
+def test_a_stop_from_outside_ends_the_run_killed_and_an_error_failed(
+    store, experiment, stop, status
+):
+    with pytest.raises(stop):
+        with Tracker(store, experiment=experiment) as tracker:
+            tracker.start(run_name="stopped")
+            run_id = tracker.run_id
+            raise stop()
+    run = MlflowClient(tracking_uri=sqlite_uri(store)).get_run(run_id)
+    assert run.info.status == status and run.info.end_time is not None
 
 
 def test_resume_continues_the_same_run_and_logs_nothing_twice(store, experiment):
@@ -433,7 +455,7 @@ def test_a_finished_tracker_leaves_the_next_one_its_own_store(tmp_path, monkeypa
 
 
 def test_a_checkpoint_with_its_own_card_keeps_it(tmp_path, monkeypatch):
-    from slca.tracking.writer import model_card
+    from slca.tracking.models import model_card
 
     (tmp_path / "README.md").write_text("---\nlicense: apache-2.0\n---\n# SmolLM2\n")
     model = type("Model", (), {"name_or_path": str(tmp_path)})()
@@ -443,3 +465,114 @@ def test_a_checkpoint_with_its_own_card_keeps_it(tmp_path, monkeypatch):
     model.name_or_path = ""  # built in memory: not the README of the working directory
     monkeypatch.chdir(tmp_path)
     assert model_card(model).data.license is None
+
+
+def _split_file(directory: Path, split: str, n: int) -> Path:
+    import pandas as pd
+
+    directory.mkdir(parents=True, exist_ok=True)
+    rows = [
+        {"id": f"t{i}", "source": "synth", "domain": "weather", "split": split, "eval_only": False}
+        for i in range(n)
+    ]
+    path = directory / f"{split}.parquet"
+    pd.DataFrame(rows).to_parquet(path)
+    return path
+
+
+def test_the_data_a_run_read_is_a_dataset_input_with_the_runs_hash(store, experiment, tmp_path):
+    from slca.tracking import read_inputs, split_input
+
+    data = tmp_path / "tasks"
+    _split_file(data, "train", 3)
+    _split_file(data, "val", 2)
+    digest = "ab" * 32  # a sha256 as the manifest records it: 64 hex digits
+    with Tracker(store, experiment=experiment) as tracker:
+        tracker.start()
+        inputs = [split_input(data, "train", digest), split_input(data, "val")]
+        tracker.log_datasets(inputs)
+        tracker.log_datasets(inputs)  # again (a resume): MLflow keeps one of each
+        run_id = tracker.run_id
+    run = MlflowClient(sqlite_uri(store)).get_run(run_id)
+    found = sorted(read_inputs(run.inputs), key=lambda d: d["name"])
+    val_hash = hashlib.sha256((data / "val.parquet").read_bytes()).hexdigest()
+    assert (
+        found
+        == [
+            {
+                "name": "tasks/train",
+                "digest": digest[:36],  # MLflow's longest digest; the whole hash is a tag
+                "source": str((data / "train.parquet").resolve()),
+                "context": "training",
+                "content_sha256": digest,
+            },
+            {
+                "name": "tasks/val",
+                "digest": val_hash[:36],  # no manifest: the file's own hash
+                "source": str((data / "val.parquet").resolve()),
+                "context": "validation",
+                "content_sha256": val_hash,
+            },
+        ]
+    )
+    profiles = [json.loads(d.dataset.profile)["num_rows"] for d in run.inputs.dataset_inputs]
+    assert sorted(profiles) == [2, 3]
+
+
+def test_a_manifest_gives_the_digest_and_evaluation_adds_its_data_to_a_finished_run(
+    store, experiment, tmp_path
+):
+    from slca.tracking import log_evaluation, read_inputs, split_input
+
+    data = tmp_path / "tasks"
+    _split_file(data, "test", 4)
+    (data / "manifest.json").write_text(json.dumps({"content_sha256": {"test": "cd" * 32}}))
+    with Tracker(store, experiment=experiment) as tracker:
+        tracker.start()
+        run_id = tracker.run_id
+    samples = [
+        {"system/cpu_utilization_percentage": 50.0},
+        {"system/cpu_utilization_percentage": 60.0},
+    ]
+    log_evaluation(
+        store,
+        experiment=experiment,
+        metrics={"eval/x": 1.0},
+        reports=[],
+        run_id=run_id,
+        datasets=[split_input(data, "test")],
+        system=samples,
+    )
+    client = MlflowClient(sqlite_uri(store))
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    ((found),) = read_inputs(run.inputs)
+    assert (found["digest"], found["context"]) == (("cd" * 32)[:36], "test")
+    history = client.get_metric_history(run_id, "system/cpu_utilization_percentage")
+    assert [(m.step, m.value) for m in history] == [(0, 50.0), (1, 60.0)]
+
+
+def test_system_metrics_are_sampled_at_the_configured_interval(store, experiment):
+    import time
+
+    from slca.tracking.system import SystemSampler
+
+    with Tracker(store, experiment=experiment, system_metrics_s=0.2) as tracker:
+        tracker.start()
+        time.sleep(1.5)
+        run_id = tracker.run_id
+    client = MlflowClient(sqlite_uri(store))
+    cpu = client.get_metric_history(run_id, "system/cpu_utilization_percentage")
+    memory = client.get_metric_history(run_id, "system/system_memory_usage_megabytes")
+    assert len(cpu) >= 2 and len(memory) >= 2
+    assert sorted(m.step for m in cpu) == list(range(len(cpu)))
+    # off: no thread, no metric
+    with Tracker(store, experiment=experiment) as tracker:
+        tracker.start()
+        quiet = tracker.run_id
+    assert not [k for k in client.get_run(quiet).data.metrics if k.startswith("system/")]
+    with SystemSampler(0.1) as sampler:
+        time.sleep(0.35)
+    assert len(sampler.samples) >= 3
+    assert all(0 <= s["system/cpu_utilization_percentage"] <= 100 for s in sampler.samples)
+    assert SystemSampler(None).__enter__().finish() == []

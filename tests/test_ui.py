@@ -32,6 +32,7 @@ def log_run(directory, experiment, name):
         return tracker.run_id
 
 
+@pytest.mark.long
 def test_runs_metrics_and_histograms_render(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     store = tmp_path / "mlflow"

@@ -456,6 +456,7 @@ class Check:
             micro_batch_size=4 if smoke else 8,
             poor_summary_frac=0.3,
             engine={"optim": {"lr": 2e-3 if smoke else 1e-4, "warmup_steps": 0 if smoke else 5}},
+            tracking_dir=None,  # the check times the SFT itself, as before the SFT run existed
         )
         started = time.perf_counter()
         figures = run_sft(params)

@@ -324,11 +324,12 @@ def sampled_evaluation(
 
     import torch
 
-    from slca.data.splits import draw_split, fitting_tasks
+    from slca.data.splits import draw_split
     from slca.eval.headroom import measure
+    from slca.generation.device import resolve_device
+    from slca.generation.engines import HFEngine
     from slca.modeling import eval_autocast, load_causal_lm
-    from slca.rollout.engines import HFEngine
-    from slca.training.engines import resolve_device
+    from slca.rollout.chat import fitting_tasks
 
     smoke = check.smoke
     max_new, turns, total = (16, 2, 4096) if smoke else (96, 3, 4096)  # as the RL rollouts

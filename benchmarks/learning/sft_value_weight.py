@@ -18,6 +18,7 @@ from slca.config.loader import load_section
 from slca.config.steps import SFTParams
 from slca.data import io
 from slca.modeling import load_causal_lm
+from slca.rollout import gold
 from slca.simulator import Simulator
 from slca.training import sft as S
 from slca.training.batch import first_position, token_logprobs
@@ -33,8 +34,8 @@ def main() -> None:
     tasks = [t for t in io.load_train_set("data/tasks") if t.source in params.sources]
     examples, value_positions = [], []
     for task in tasks[: params.max_tasks]:
-        summary = S.summary_for(task, params.poor_summary_frac, seed)
-        example = S.build_example(task, tokenizer, simulator, summary)
+        summary = gold.summary_for(task, params.poor_summary_frac, seed)
+        example = gold.build_example(task, tokenizer, simulator, summary)
         examples.append(example)
         value_positions.append([k for _, ks in value_tokens(task, example, tokenizer) for k in ks])
     n_values = sum(map(len, value_positions))

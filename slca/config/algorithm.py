@@ -8,10 +8,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from slca.advantages import TOOL, Numerics, Singleton, available_estimators
 from slca.config.base import StrictModel, registered
-from slca.losses import Aggregation
-from slca.segments import DEFAULT_ROUTING, SegmentMode, validate_routing
+from slca.config.names import (
+    DEFAULT_ROUTING,
+    ESTIMATOR_NAMES,
+    TOOL,
+    Aggregation,
+    Numerics,
+    SegmentMode,
+    Singleton,
+    validate_routing,
+)
 
 
 class SegmentConfig(StrictModel):
@@ -84,7 +91,7 @@ class AdvantageConfig(StrictModel):
     @field_validator("estimator")
     @classmethod
     def _registered(cls, name: str) -> str:
-        return registered(name, available_estimators(), "estimator")
+        return registered(name, sorted(ESTIMATOR_NAMES), "estimator")
 
     @field_validator("weights")
     @classmethod

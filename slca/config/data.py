@@ -24,6 +24,8 @@ BFCL_CATEGORIES = (
     "live_simple",
     "live_multiple",
 )
+BFCL_MULTI_TURN = ("multi_turn_base",)
+"""The BFCL multi-turn categories evaluation reads from bfcl-eval itself (never imported)."""
 NESTFUL_SUBSETS = ("executable", "glaive", "sgd", "complexfuncbench")
 TAU2_DOMAINS = ("airline", "retail", "telecom")
 SYNTH_DOMAINS = ("weather", "currency", "flights", "shop")
@@ -76,8 +78,11 @@ class SplitParams(StrictModel):
     """Fractions of in-domain records per split (by near-duplicate group)."""
 
     train: float = Field(0.8, ge=0, le=1)
+    """Share of groups the SFT and RL stages train on."""
     val: float = Field(0.1, ge=0, le=1)
+    """Share held out for choosing settings (validation curves, the value probe)."""
     test: float = Field(0.1, ge=0, le=1)
+    """Share held out for the final evaluation; never read while choosing settings."""
 
     @model_validator(mode="after")
     def _sum_to_one(self) -> SplitParams:
@@ -205,10 +210,15 @@ class PrepareParams(StrictModel):
         "defaults, and held to by every stage that reads the data.",
     )
     synth: SynthParams = Field(default_factory=SynthParams)
+    """The controlled generator (source ``synth``): how many tasks, which domains, what mix."""
     splits: SplitParams = Field(default_factory=SplitParams)
+    """Train/val/test fractions of the in-domain records, assigned by near-duplicate group."""
     nestful: NestfulParams = Field(default_factory=NestfulParams)
+    """Which NESTFUL subsets to import (source ``nestful``)."""
     bfcl: BfclParams = Field(default_factory=BfclParams)
+    """How BFCL's categories are imported (source ``bfcl``; evaluation only)."""
     tau2: Tau2Params = Field(default_factory=Tau2Params)
+    """How τ²-bench's domains are imported (source ``tau2``; evaluation only)."""
 
     @field_validator("imports")
     @classmethod

@@ -8,12 +8,12 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from slca.config.base import StrictModel, known_names, room_for_a_prompt
+from slca.config.data import BFCL_CATEGORIES, BFCL_MULTI_TURN
 from slca.config.engine import check_device_setting
 from slca.config.rewards import RewardConfig
 from slca.config.vllm import VLLMConfig
-from slca.eval.bfcl import CATEGORIES, MULTI_TURN
 
-BFCL_SETS = (*CATEGORIES, *MULTI_TURN)
+BFCL_SETS = (*BFCL_CATEGORIES, *BFCL_MULTI_TURN)
 """The BFCL categories evaluate can score."""
 
 
@@ -109,6 +109,10 @@ class EvaluateParams(StrictModel):
     run_name: str | None = None
     """Name of the new MLflow run when the model has no training run (e.g. the SFT
     model); default ``eval-<model_dir name>``."""
+    system_metrics_s: float | None = Field(10.0, gt=0)
+    """Seconds between two samples of CPU, memory (and GPU) use while the evaluation
+    runs, logged with its results as MLflow system metrics (``system/*``); null: none
+    (and none without ``tracking_dir``)."""
 
     @field_validator("device")
     @classmethod

@@ -8,8 +8,8 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from slca.config.base import StrictModel, registered
+from slca.config.names import SUMMARY_SCORER_NAMES
 from slca.config.vllm import VLLMConfig
-from slca.rewards.scorers import available_summary_scorers
 
 
 class ProcessWeights(StrictModel):
@@ -191,7 +191,7 @@ class MarkerConfig(StrictModel):
     text: str = Field("Here is what I found", min_length=1)
     """A summary that contains this text (case-sensitive) scores 1, any other 0. The
     default is the opener of the SFT reference summary
-    (:func:`slca.training.sft.reference_summary`), which the poor summary lacks."""
+    (:func:`slca.rollout.gold.reference_summary`), which the poor summary lacks."""
 
 
 class SummaryConfig(StrictModel):
@@ -211,7 +211,7 @@ class SummaryConfig(StrictModel):
     @field_validator("name")
     @classmethod
     def _registered(cls, name: str) -> str:
-        return registered(name, available_summary_scorers(), "summary scorer")
+        return registered(name, sorted(SUMMARY_SCORER_NAMES), "summary scorer")
 
     @model_validator(mode="after")
     def _reward_model_has_path(self) -> SummaryConfig:

@@ -186,6 +186,21 @@ class SFTParams(StrictModel):
     compute for the same tokens; the batches differ, so results do too."""
     engine: SFTEngineConfig = Field(default_factory=SFTEngineConfig)
     """Update engine and optimizer (learning rate 2e-3 unless set)."""
+    tracking_dir: str | None = "mlflow"
+    """MLflow store of the SFT run (``MLFLOW_TRACKING_URI`` overrides): its params, loss,
+    learning rate and tokens/s per step, the task data and the final model; the SFT
+    model's evaluation is logged into the same run. Null: no run (the evaluation then
+    makes one of its own)."""
+    experiment: str = "slca"
+    """MLflow experiment of the SFT run: the RL runs' (``train.experiment``), so that the
+    evaluation of the SFT model, logged there, finds it. The ``sft`` and ``pipeline``
+    flows take ``train.experiment`` and ``train.tracking_dir`` when the ``sft`` section
+    does not set these."""
+    run_name: str = "sft"
+    """MLflow run name: the SFT model's arm in the report (``slca report``)."""
+    system_metrics_s: float | None = Field(10.0, gt=0)
+    """Seconds between two samples of CPU, memory (and GPU) use, logged into the SFT run
+    as MLflow system metrics (``system/*``); null: none."""
 
 
 class SummaryRMParams(StrictModel):

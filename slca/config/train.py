@@ -113,6 +113,12 @@ class TrainConfig(StrictModel):
     """Steps between segment-advantage histograms and the gradient-cosine probe."""
     max_bad_steps: int = Field(3, ge=1)
     """Consecutive non-finite losses that stop the run (each one is skipped)."""
+    verify_checkpoints: bool = True
+    """Record a sha256 of every checkpoint file as it is saved (``checksums.json``) and
+    check them on resume, setting aside a checkpoint that fails and falling back to the
+    one before. ``false`` skips both (no hashing: a save of many gigabytes is faster),
+    and a resume trusts a complete checkpoint until it fails to load; a truncated file
+    is still caught then, a file altered in place (same size) is not."""
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     """Segments, estimator and loss."""
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
@@ -150,6 +156,9 @@ class TrainConfig(StrictModel):
     """MLflow experiment name."""
     run_name: str | None = None
     """MLflow run name; default: the estimator's name."""
+    system_metrics_s: float | None = Field(10.0, gt=0)
+    """Seconds between two samples of CPU, memory (and GPU) use, logged into the run as
+    MLflow system metrics (``system/*``) while it trains; null: none."""
     curve_path: str | None = None
     """If set, a CSV of the per-step learning curves (step, then
     :data:`slca.tracking.CURVE_METRICS`) written when the run ends, for ``dvc plots``."""

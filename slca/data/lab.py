@@ -23,7 +23,7 @@ blur ``R_tool``. The request ends with a short cue phrase ("right now, today" /
 
 Every task states one fixed fact, so the SFT stage's reference summary ("Here is what
 I found: status is found.") and its poor summary differ
-(:func:`slca.training.sft.summary_for`): the summary style is a second choice, made by
+(:func:`slca.rollout.gold.summary_for`): the summary style is a second choice, made by
 the summary's first tokens, and the rest of either summary is fixed text.
 
 Everything is drawn from ``random.Random(f"{seed}:{kind}:{index}")``: the output is

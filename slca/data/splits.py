@@ -8,9 +8,9 @@ and "what's the weather in paris" share a key; requests about Paris and Lyon do 
 All records with one key go to the same split, chosen by a hash of (seed, key): adding
 records never moves existing ones, and the result is the same on every machine.
 
-Drawing from a split (:func:`draw`, :func:`draw_split`) and keeping the tasks whose
-prompt fits a token budget (:func:`fitting_tasks`) are here too: training, its held-out
-validation and evaluation all pick their tasks with them.
+Drawing from a split (:func:`draw`, :func:`draw_split`) is here too: training, its
+held-out validation and evaluation all pick their tasks with it (and keep those whose
+prompt fits a token budget with :func:`slca.rollout.chat.fitting_tasks`).
 """
 
 from __future__ import annotations
@@ -21,12 +21,10 @@ import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
 
 from slca.config.data import SplitParams
 from slca.data import io
 from slca.data.record import EVAL_SPLIT, TaskRecord
-from slca.rollout.chat import ChatRenderer, task_messages
 
 _FILLERS = frozenset(
     "hi hello hey there thanks thank you please cheers quick question could help me "
@@ -118,20 +116,3 @@ def draw_split(
             + (f" from {sources_label}{sources}" if sources else "")
         )
     return draw(pool, n, seed)
-
-
-def fitting_tasks(tasks: list[Any], tokenizer: Any, max_prompt_tokens: int) -> list[Any]:
-    """The tasks whose rendered prompt leaves room for a turn (some real tools' schemas
-    alone run to tens of thousands of tokens); an error when none does."""
-    kept = []
-    for task in tasks:
-        renderer = ChatRenderer(tokenizer, [t.model_dump() for t in task.tools])
-        prompt = renderer.prompt_ids(task_messages(task))
-        if len(prompt) <= max_prompt_tokens:
-            kept.append(task)
-    if not kept:
-        raise ValueError(
-            f"train: no task's prompt fits rollout.max_total_tokens - "
-            f"rollout.max_new_tokens = {max_prompt_tokens} tokens"
-        )
-    return kept

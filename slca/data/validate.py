@@ -25,10 +25,9 @@ from typing import Any
 import pandas as pd
 import pyarrow.parquet as pq
 
-from slca import ge
 from slca.config.data import ValidateParams
 from slca.config.loader import load_stage_section, stage_parser
-from slca.data import io
+from slca.data import ge, io
 from slca.data.checks import gold_problems, schema_problems
 from slca.data.limits import CEILING
 from slca.data.record import SPLITS

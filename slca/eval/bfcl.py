@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from slca.config.data import BFCL_CATEGORIES
+from slca.config.data import BFCL_CATEGORIES, BFCL_MULTI_TURN
 from slca.data.record import TaskRecord
 from slca.data.sources import bfcl as bfcl_source
 from slca.rollout.types import Rollout
@@ -37,7 +37,7 @@ from slca.rollout.types import Rollout
 CATEGORIES = BFCL_CATEGORIES
 NON_LIVE = ("simple_python", "multiple", "parallel", "parallel_multiple")
 LIVE = ("live_simple", "live_multiple")
-MULTI_TURN = ("multi_turn_base",)
+MULTI_TURN = BFCL_MULTI_TURN
 
 _CHECKER = "bfcl_eval.eval_checker.ast_eval.ast_checker"
 _MODEL_CONFIG = "bfcl_eval.constants.model_config"

@@ -35,8 +35,8 @@ from slca.atomic import atomic_write_text
 from slca.config.rewards import RewardConfig
 from slca.data.record import TaskRecord
 from slca.eval.in_domain import SUCCESS_THRESHOLD, TOLERANCE
+from slca.generation.engines import Engine, SamplingParams
 from slca.rewards.score import RewardBreakdown, score_batch
-from slca.rollout.engines import Engine, SamplingParams
 from slca.rollout.loop import RolloutLimits, run_rollouts
 from slca.rollout.types import is_truncated
 from slca.simulator import Simulator
@@ -197,10 +197,11 @@ def run(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
 
     import torch
 
-    from slca.data.splits import draw_split, fitting_tasks
+    from slca.data.splits import draw_split
+    from slca.generation.device import resolve_device
+    from slca.generation.engines import HFEngine
     from slca.modeling import eval_autocast, load_causal_lm
-    from slca.rollout.engines import HFEngine
-    from slca.training.engines import resolve_device
+    from slca.rollout.chat import fitting_tasks
 
     device = resolve_device(args.device, key="--device")
     # fp32 weights under the measurement precision (eval_autocast), as evaluate and

@@ -25,11 +25,12 @@ from slca.config.evaluate import EvaluateParams
 from slca.config.loader import load_stage_section, stage_parser
 from slca.data import io
 from slca.data.record import TaskRecord
-from slca.data.splits import draw, draw_split, fitting_tasks
+from slca.data.splits import draw, draw_split
 from slca.eval.bfcl_multi_turn import CATEGORY as MULTI_TURN
+from slca.generation.vllm_engine import check_engine
 from slca.rewards.judge_engine import build_scorer, check_judge
 from slca.rewards.preference import SummaryScorer
-from slca.rollout.vllm_engine import check_engine
+from slca.rollout.chat import fitting_tasks
 
 SUMMARY_SETTING = "evaluate.rewards.summary"
 """Where evaluation's summary scorer is configured (named in its messages)."""
@@ -40,11 +41,22 @@ the number of tasks each generation step finished."""
 
 
 def evaluate(params: EvaluateParams, progress: Progress | None = None) -> dict[str, float]:
-    """Evaluate ``params.model_dir``; writes the report and returns its metrics."""
+    """Evaluate ``params.model_dir``; writes the report and returns its metrics (and
+    logs them, with the CPU, memory and GPU use meanwhile, when ``tracking_dir`` is set)."""
+    from slca.tracking.system import SystemSampler
+
+    interval = params.system_metrics_s if params.tracking_dir is not None else None
+    with SystemSampler(interval) as system:
+        return _evaluate_model(params, progress, system)
+
+
+def _evaluate_model(
+    params: EvaluateParams, progress: Progress | None, system: Any
+) -> dict[str, float]:
     import torch
 
+    from slca.generation.device import resolve_device
     from slca.modeling import eval_autocast, load_causal_lm
-    from slca.training.engines import resolve_device
 
     torch.manual_seed(params.seed)
     # an engine that cannot start fails before any work
@@ -84,19 +96,19 @@ def evaluate(params: EvaluateParams, progress: Progress | None = None) -> dict[s
             if params.engine == "hf"
             else contextlib.nullcontext
         )
-        return _evaluate(params, engine, tokenizer, progress, scorer, probe, measuring)
+        return _evaluate(params, engine, tokenizer, progress, scorer, probe, measuring, system)
 
 
 def _engine(params: EvaluateParams, model: Any, tokenizer: Any) -> Any:
     """The generation engine ``params.engine`` names, as a context (vLLM's processes
     stop when it closes)."""
-    from slca.rollout.engines import HFEngine
+    from slca.generation.engines import HFEngine
 
     if params.engine == "hf":
         return contextlib.nullcontext(
             HFEngine(model, tokenizer, batch_size=params.generation_batch_size)
         )
-    from slca.rollout.vllm_engine import VLLMEngine
+    from slca.generation.vllm_engine import VLLMEngine
 
     return VLLMEngine(
         Path(params.model_dir).resolve(),
@@ -116,10 +128,11 @@ def _evaluate(
     summary_scorer: SummaryScorer,
     probe: dict[str, float],
     measuring: Callable[[], contextlib.AbstractContextManager[Any]],
+    system: Any,
 ) -> dict[str, float]:
     """Roll out and score every set; ``measuring()`` is the context the policy's
-    rollouts run in (its precision)."""
-    from slca.rollout.engines import SamplingParams
+    rollouts run in (its precision); ``system`` samples the machine's use meanwhile."""
+    from slca.generation.engines import SamplingParams
     from slca.rollout.loop import RolloutLimits, run_rollouts
 
     sampling = SamplingParams(max_new_tokens=params.max_new_tokens, temperature=0.0)
@@ -167,10 +180,12 @@ def _evaluate(
         lines += [{"set": name, **line} for line in set_lines]
     report = Path(params.report_path)
     per_task = report.with_name(report.stem + ".tasks.jsonl")
+    read = splits_read(params, {name for name, drawn, _ in sets if drawn}, bool(probe))
     atomic_write_text(per_task, "".join(json.dumps(line, sort_keys=True) + "\n" for line in lines))
     atomic_write_text(report, json.dumps(metrics, indent=1, sort_keys=True) + "\n")
     if params.tracking_dir is not None:
-        from slca.tracking import log_evaluation, read_run_file
+        from slca.eval.table import evaluation_table
+        from slca.tracking import log_evaluation, read_run_file, split_input
 
         run = read_run_file(params.model_dir)
         log_evaluation(
@@ -180,8 +195,24 @@ def _evaluate(
             reports=[report, per_task],
             run_id=run.get("run_id") if run.get("experiment") == params.experiment else None,
             run_name=params.run_name or f"eval-{Path(params.model_dir).name}",
+            datasets=[split_input(params.in_dir, split) for split in read],
+            system=system.finish(),
+            tables={f"eval/{report.stem}.table.json": evaluation_table(lines)},
         )
     return metrics
+
+
+def splits_read(params: EvaluateParams, sets: set[str], probed: bool) -> list[str]:
+    """The split files an evaluation read: the in-domain set's, the value probe's
+    (``val``) and, for BFCL's single-turn categories or τ², the ``eval`` split (BFCL's
+    multi-turn tasks come with the checker, not the data)."""
+    read = [params.in_domain.split] if "in_domain" in sets else []
+    if probed:
+        read.append(VALUE_PROBE_SPLIT)
+    single = [c for c in params.bfcl.categories if c != MULTI_TURN]
+    if ("bfcl" in sets and single and params.bfcl.max_per_category) or "tau2" in sets:
+        read.append("eval")
+    return list(dict.fromkeys(read))
 
 
 def _in_domain_tasks(params: EvaluateParams) -> list[TaskRecord]:
@@ -434,12 +465,21 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def tqdm_progress() -> Progress:
-    """A progress bar per evaluation set (on stderr)."""
-    from tqdm.auto import tqdm
+def tqdm_progress(logger: Any = None) -> Progress:
+    """Progress per evaluation set (:class:`slca.progress.Progress`): a bar on a
+    terminal, elsewhere a line every 30 s through ``logger`` (tasks done/total, rate,
+    time left)."""
+    from slca.progress import Progress as Shown
 
     def start(name: str, total: int) -> Callable[[int], Any]:
-        return tqdm(total=total, desc=f"evaluate {name}", unit="task").update
+        shown = Shown(f"evaluate {name}", total, unit="task", logger=logger)
+
+        def advance(n: int) -> None:
+            shown.add(n)
+            if shown.done >= total:
+                shown.close()
+
+        return advance
 
     return start
 

@@ -59,8 +59,8 @@ def value_probe(model: Any, tokenizer: Any, tasks: Iterable[TaskRecord]) -> dict
     """
     import torch
 
+    from slca.rollout.gold import build_example, reference_summary
     from slca.simulator import Simulator
-    from slca.training.sft import build_example, reference_summary
 
     simulator = Simulator()
     rows: dict[str, dict[str, list[int]]] = defaultdict(

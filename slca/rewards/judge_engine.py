@@ -18,10 +18,10 @@ from slca.rewards.preference import Generate, SummaryScorer, build_summary_score
 
 
 def check_judge(summary: SummaryConfig, *, where: str) -> None:
-    """Raise :class:`~slca.rollout.vllm_engine.EngineUnavailable` (one line naming the
+    """Raise :class:`~slca.generation.vllm_engine.EngineUnavailable` (one line naming the
     setting and the fix) when ``summary`` names a judge whose vLLM engine cannot start;
     ``where`` is ``summary``'s key (``train.rewards.summary``)."""
-    from slca.rollout.vllm_engine import check_engine
+    from slca.generation.vllm_engine import check_engine
 
     if summary.name == "judge":
         check_engine(
@@ -44,8 +44,8 @@ def judge_generate(
     on ``judge.device`` (null: ``device``, the policy's) or a vLLM engine, each prompt a
     user turn in the judge's chat template. ``where`` is the summary section's key
     (``train.rewards.summary``), for messages."""
+    from slca.generation.engines import HFEngine, SamplingParams, text_generator
     from slca.modeling import load_causal_lm, load_tokenizer, resolve_model_source
-    from slca.rollout.engines import HFEngine, SamplingParams, text_generator
 
     if not judge.model:
         raise ValueError(f"{where}.judge.model: required for the judge scorer")
@@ -54,7 +54,7 @@ def judge_generate(
         max_new_tokens=judge.max_new_tokens, temperature=judge.temperature, seed=seed
     )
     if judge.engine == "vllm":
-        from slca.rollout.vllm_engine import VLLMEngine
+        from slca.generation.vllm_engine import VLLMEngine
 
         tokenizer = load_tokenizer(source)
         engine: Any = VLLMEngine(

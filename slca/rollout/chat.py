@@ -249,3 +249,20 @@ def task_messages(task: Any) -> list[dict[str, Any]]:
         else:
             out.append({"role": m.role, "content": m.content})
     return out
+
+
+def fitting_tasks(tasks: list[Any], tokenizer: Any, max_prompt_tokens: int) -> list[Any]:
+    """The tasks whose rendered prompt leaves room for a turn (some real tools' schemas
+    alone run to tens of thousands of tokens); an error when none does."""
+    kept = []
+    for task in tasks:
+        renderer = ChatRenderer(tokenizer, [t.model_dump() for t in task.tools])
+        prompt = renderer.prompt_ids(task_messages(task))
+        if len(prompt) <= max_prompt_tokens:
+            kept.append(task)
+    if not kept:
+        raise ValueError(
+            f"train: no task's prompt fits rollout.max_total_tokens - "
+            f"rollout.max_new_tokens = {max_prompt_tokens} tokens"
+        )
+    return kept

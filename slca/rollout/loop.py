@@ -23,9 +23,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from slca.data.record import TaskRecord
+from slca.generation.engines import Engine, SamplingParams
 from slca.grammar import ParsedTurn, Region, parse_turn
 from slca.rollout.chat import END_OF_TURN, ChatRenderer, task_messages, tool_message
-from slca.rollout.engines import Engine, SamplingParams
 from slca.rollout.types import ExecutedCall, Rollout, Turn
 from slca.segments import KIND_CODE, label_turn_tokens
 from slca.simulator import Simulator

@@ -29,11 +29,10 @@ from typing import Any
 import jsonschema
 import pandas as pd
 
-from slca import ge
 from slca.config import ConfigError, overrides_of, parse_section, read_params
 from slca.config.loader import stage_parser
 from slca.config.simulator import SimulatorCheckParams, SimulatorConfig
-from slca.data import io
+from slca.data import ge, io
 from slca.data.record import REFERENCE_RE, TaskRecord
 from slca.jsonutil import MISSING, canonical_json, walk
 from slca.simulator.core import Simulator, is_error

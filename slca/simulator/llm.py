@@ -9,13 +9,13 @@ proposal, retries and counts; this module only proposes. The schema tightening a
 compilation to a grammar live in :mod:`slca.simulator.decoding`.
 
 Two engines sit behind the same :class:`LLMBackend`, both with the rollout engines'
-contract (:class:`~slca.rollout.engines.Engine`: token ids and ``SamplingParams`` in,
-:class:`~slca.rollout.engines.Generation` out):
+contract (:class:`~slca.generation.engines.Engine`: token ids and ``SamplingParams`` in,
+:class:`~slca.generation.engines.Generation` out):
 
 - ``transformers`` (CPU or one GPU): ``model.generate`` with a logits processor that
   masks every token the grammar forbids; the grammar is llguidance's JSON-Schema
   compiler (see ``docs/decisions.md``).
-- ``vllm`` (CPU or CUDA): the rollout's :class:`~slca.rollout.vllm_engine.VLLMEngine`,
+- ``vllm`` (CPU or CUDA): the rollout's :class:`~slca.generation.vllm_engine.VLLMEngine`,
   built by the same code, with structured outputs (``guidance`` backend: the same
   llguidance compiler, fed the same decoding schema); vLLM is imported only when
   this engine is built.
@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slca.config.vllm import VLLMConfig
-from slca.rollout.engines import Engine, Generation, SamplingParams
-from slca.rollout.vllm_engine import vllm_available
+from slca.generation.engines import Engine, Generation, SamplingParams
+from slca.generation.vllm_engine import vllm_available
 from slca.simulator.backends import CallRequest
 from slca.simulator.decoding import (
     ANY_OBJECT,
@@ -148,8 +148,8 @@ def sampling_seed(seed: int, attempt: int) -> int:
 class TransformersEngine:
     """``model.generate`` with an llguidance token mask; CPU or a single GPU.
 
-    The :class:`~slca.rollout.engines.Engine` contract of the rollout engines: token-id
-    prompts in, :class:`~slca.rollout.engines.Generation` s out, decoding constrained to
+    The :class:`~slca.generation.engines.Engine` contract of the rollout engines: token-id
+    prompts in, :class:`~slca.generation.engines.Generation` s out, decoding constrained to
     ``SamplingParams.json_schema`` (with its ``x-guidance`` options, as vLLM's
     ``guidance`` backend reads them). One sequence at a time, under a lock.
     """
@@ -313,7 +313,7 @@ class LLMBackend:
             proposal, so it should wander further from it.
         max_prompt_tokens: longer prompts are refused, not silently cut.
         tightening: bounds added to the decoding schema (:class:`Tightening`).
-        vllm: the vLLM engine's settings (:class:`~slca.rollout.vllm_engine.VLLMConfig`
+        vllm: the vLLM engine's settings (:class:`~slca.generation.vllm_engine.VLLMConfig`
             or a dict of its fields); by default a 0.2 share of the device, so it fits
             beside the policy's rollout engine (0.4) and the update.
     """
@@ -384,7 +384,7 @@ class LLMBackend:
                     f"engine='vllm' needs an HF checkpoint directory; {source} is a GGUF file: "
                     f"convert it once with slca.modeling.convert_gguf_to_hf"
                 )
-            from slca.rollout.vllm_engine import VLLMEngine
+            from slca.generation.vllm_engine import VLLMEngine
 
             self.tokenizer = load_tokenizer(source)
             if self.tokenizer.eos_token_id is None:

@@ -1,7 +1,8 @@
 """Experiment tracking with MLflow: the only package of ``slca`` that imports MLflow.
 
 ``writer`` (:class:`Tracker`: one run's params, metrics, histograms, checkpoints and
-model), ``evaluation`` (evaluation results into a run), ``queries`` (metric histories,
+model), ``datasets`` (the task data a run read, as MLflow dataset inputs),
+``evaluation`` (evaluation results into a run), ``queries`` (metric histories,
 curve CSVs, finished runs, completed checkpoints), ``store`` (the tracking URI, the
 SQLite store's locks and completion markers), ``params`` (config → params),
 ``provenance`` (git commit, pinned requirements), ``figures`` (histograms) and
@@ -77,6 +78,9 @@ from typing import TYPE_CHECKING, Any
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 _HOMES = {
+    "SplitInput": "datasets",
+    "read_inputs": "datasets",
+    "split_input": "datasets",
     "log_evaluation": "evaluation",
     "MAX_KEY_LENGTH": "params",
     "MAX_PARAM_VALUE_LENGTH": "params",
@@ -108,6 +112,7 @@ _HOMES = {
 """Each public name → the submodule it lives in, loaded at the name's first use."""
 
 if TYPE_CHECKING:
+    from slca.tracking.datasets import SplitInput, read_inputs, split_input
     from slca.tracking.evaluation import log_evaluation
     from slca.tracking.params import (
         MAX_KEY_LENGTH,
@@ -162,6 +167,7 @@ __all__ = [
     "TRUNCATION_SUFFIX",
     "WRITER_LOCK",
     "RunRecord",
+    "SplitInput",
     "Tracker",
     "default_pip_requirements",
     "ensure_store",
@@ -172,8 +178,10 @@ __all__ = [
     "log_evaluation",
     "logged_checkpoints",
     "metric_history",
+    "read_inputs",
     "read_run_file",
     "resolve_uri",
+    "split_input",
     "sqlite_uri",
     "write_curves",
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from slca.tracking.writer import Tracker
 
@@ -18,8 +19,14 @@ def log_evaluation(
     run_id: str | None = None,
     run_name: str | None = None,
     tracking_uri: str | None = None,
+    datasets: Sequence[Any] = (),
+    system: Sequence[Mapping[str, float]] = (),
+    tables: Mapping[str, Mapping[str, Sequence[Any]]] | None = None,
 ) -> str:
-    """Log evaluation metrics (at step 0) and the report files (under ``eval/``) into
+    """Log evaluation metrics (at step 0), the report files (under ``eval/``) and the
+    task data read (``datasets``: :class:`~slca.tracking.datasets.SplitInput`) and the
+    system-metric samples taken meanwhile (``system``) and the per-task ``tables``
+    (artifact file → columns, shown by the UI's evaluation view) into
     ``run_id`` — the run that trained the evaluated model — or, without one, into a
     new run named ``run_name``. Returns the run id."""
     if run_id is None:
@@ -27,10 +34,22 @@ def log_evaluation(
             tracker.start(run_name=run_name)
             tracker.client.set_tag(tracker.run_id, "slca.kind", "eval")
             tracker.log_metrics(metrics, step=0)
+            if datasets:
+                tracker.log_datasets(datasets)
+            for i, sample in enumerate(system):
+                tracker.log_metrics(sample, step=i)
+            for table_file, columns in (tables or {}).items():
+                tracker.client.log_table(tracker.run_id, dict(columns), table_file)
             for report in reports:
                 tracker.client.log_artifact(tracker.run_id, str(report), "eval")
             return tracker.run_id
     Tracker(directory, experiment=experiment, tracking_uri=tracking_uri).add_to_run(
-        run_id, metrics, reports, artifact_path="eval"
+        run_id,
+        metrics,
+        reports,
+        artifact_path="eval",
+        datasets=datasets,
+        system=system,
+        tables=tables,
     )
     return run_id

@@ -4,6 +4,7 @@ within MLflow's limits."""
 from __future__ import annotations
 
 import json
+import operator
 from collections.abc import Mapping
 from typing import Any
 
@@ -76,3 +77,14 @@ def run_params(
                 f"config key {key[:80]!r}… is {len(key)} characters; MLflow allows {MAX_KEY_LENGTH}"
             )
     return params
+
+
+def step_number(step: Any) -> int:
+    """``step`` as a metric step: an integer >= 0 (``TypeError``/``ValueError`` else)."""
+    try:
+        value = operator.index(step)
+    except TypeError:
+        raise TypeError(f"step must be an integer, got {step!r}") from None
+    if value < 0:
+        raise ValueError(f"step must be >= 0, got {value}")
+    return value

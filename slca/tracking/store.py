@@ -93,3 +93,12 @@ def delete_partial(artifact_root: str, artifact_path: str) -> None:
             repository.delete_artifacts(artifact_path)
     except (NotImplementedError, MlflowException):
         pass  # a store that cannot delete: the new files overwrite the old ones
+
+
+def log_text(client: MlflowClient, run_id: str, text: str, artifact_file: str) -> None:
+    """``text`` as the artifact file ``artifact_file`` of a run."""
+    directory, name = os.path.split(artifact_file)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / name
+        path.write_text(text, encoding="utf-8")
+        client.log_artifact(run_id, str(path), directory or None)

@@ -3,9 +3,7 @@ checkpoints, the final model)."""
 
 from __future__ import annotations
 
-import contextlib
 import math
-import operator
 import os
 import tempfile
 import time
@@ -17,14 +15,15 @@ from typing import Any
 
 import mlflow
 import yaml
-from mlflow.entities import LoggedModelStatus, Metric, Param, RunTag
+from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from slca.locks import ExclusiveLock
-from slca.tracking.figures import SAFE_NAME, write_histograms
+from slca.tracking.figures import write_histograms
 from slca.tracking.params import param_value, plain, run_params
-from slca.tracking.provenance import default_pip_requirements, git_commit
+from slca.tracking.params import step_number as _step
+from slca.tracking.provenance import git_commit
 from slca.tracking.queries import metric_history
 from slca.tracking.store import (
     DEFAULT_DIRECTORY,
@@ -32,6 +31,7 @@ from slca.tracking.store import (
     completed_dirs,
     delete_partial,
     ensure_store,
+    log_text,
     resolve_uri,
     sqlite_path,
     upload_complete,
@@ -43,32 +43,6 @@ STATUSES = ("FINISHED", "FAILED", "KILLED")
 _BATCH = 100  # MLflow accepts at most 100 params/tags per batch (1000 metrics)
 
 
-def _step(step: Any) -> int:
-    try:
-        value = operator.index(step)
-    except TypeError:
-        raise TypeError(f"step must be an integer, got {step!r}") from None
-    if value < 0:
-        raise ValueError(f"step must be >= 0, got {value}")
-    return value
-
-
-def model_card(model: Any) -> Any:
-    """The logged model's card: the checkpoint's own (``README.md``, with its license)
-    when it has one, else a short slca card. Given to MLflow so that it does not look the
-    local path up on the Hub as a repo id (two warnings per model, nothing to act on)."""
-    from huggingface_hub import ModelCard
-
-    source = str(getattr(model, "name_or_path", "") or "")
-    if source and (Path(source) / "README.md").is_file():
-        return ModelCard.load(Path(source) / "README.md")
-    origin = f" from `{source}`" if source else ""
-    return ModelCard(
-        "---\nlibrary_name: transformers\ntags: [slca]\n---\n"
-        f"# {Path(source).name or 'model'}\n\nA checkpoint logged by slca{origin}.\n"
-    )
-
-
 class Tracker:
     """Records one training run in MLflow; a context manager that ends the run.
 
@@ -78,7 +52,10 @@ class Tracker:
     ...     tracker.log_metrics({"reward/tool": 0.4}, step=1)
 
     Leaving the ``with`` block ends the run: ``FINISHED``, or ``FAILED`` on an
-    exception (``KILLED`` on ``KeyboardInterrupt``). ``start`` sets MLflow's
+    exception, or ``KILLED`` when stopped from outside: ``KeyboardInterrupt`` (Ctrl-C,
+    and SIGTERM under :func:`slca.processes.end_like_ctrl_c`) or another
+    ``BaseException`` that is no error (Prefect's ``TerminationSignal``, which a
+    worker's SIGTERM raises in a cancelled flow run). ``start`` sets MLflow's
     process-wide tracking URI and active run (``mlflow.transformers.log_model`` logs to
     the active run), so one Tracker runs at a time per process.
     """
@@ -89,8 +66,12 @@ class Tracker:
         *,
         experiment: str = "slca",
         tracking_uri: str | None = None,
+        system_metrics_s: float | None = None,
     ) -> None:
         self.directory = Path(directory).resolve()
+        self.system_metrics_s = system_metrics_s  # seconds between system/* samples; None: off
+        self._monitor: Any = None
+        self._pending: list[Metric] = []
         self.tracking_uri = resolve_uri(self.directory, tracking_uri)
         self.experiment_name = experiment
         db = sqlite_path(self.tracking_uri)
@@ -135,7 +116,7 @@ class Tracker:
             return
         if exc_type is None:
             self.end("FINISHED")
-        elif issubclass(exc_type, KeyboardInterrupt):
+        elif not issubclass(exc_type, Exception):  # KeyboardInterrupt, TerminationSignal
             self.end("KILLED")
         else:
             self.end("FAILED")
@@ -218,7 +199,7 @@ class Tracker:
                     f"{k}: run has {a!r}, this one {b!r}" for k, (a, b) in differing.items()
                 )
                 raise ValueError(f"cannot resume run {resume_run_id!r}: another run ({said})")
-            run = mlflow.start_run(run_id=resume_run_id)
+            run = mlflow.start_run(run_id=resume_run_id, log_system_metrics=False)
             self.run_id = run.info.run_id
             self.resumed = True
             for key in previous.data.metrics:
@@ -230,9 +211,16 @@ class Tracker:
             self.client.set_tag(self.run_id, "slca.resume_count", str(count))
         else:
             run = mlflow.start_run(
-                experiment_id=self.experiment_id, run_name=run_name, tags=dict(tags or {})
+                experiment_id=self.experiment_id,
+                run_name=run_name,
+                tags=dict(tags or {}),
+                log_system_metrics=False,  # slca's interval, below, not the environment's
             )
             self.run_id = run.info.run_id
+        if self.system_metrics_s is not None:
+            from slca.tracking.system import start_monitor
+
+            self._monitor = start_monitor(self, self.system_metrics_s)
         return self
 
     def end(self, status: str = "FINISHED") -> None:
@@ -242,15 +230,21 @@ class Tracker:
         if self.run_id is None:
             return
         active = mlflow.active_run()
-        try:
-            if active is not None and active.info.run_id == self.run_id:
-                mlflow.end_run(status)
-            else:
-                self.client.set_terminated(self.run_id, status)
+        try:  # the deferred metrics, the monitor's last samples, then the end, whatever fails
+            self.flush()
+            if self._monitor is not None:
+                self._monitor.finish()
         finally:
-            self.run_id = None
-            if self._writer is not None:
-                self._writer.release()
+            self._monitor = None
+            try:
+                if active is not None and active.info.run_id == self.run_id:
+                    mlflow.end_run(status)
+                else:
+                    self.client.set_terminated(self.run_id, status)
+            finally:
+                self.run_id = None
+                if self._writer is not None:
+                    self._writer.release()
         if self._user_env_uri is None:
             os.environ.pop("MLFLOW_TRACKING_URI", None)
         else:
@@ -306,30 +300,28 @@ class Tracker:
             self.client.log_batch(run_id, params=[Param(k, v) for k, v in items[i : i + _BATCH]])
         self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
         if not existing or changed:
-            self._log_text_artifact(
+            log_text(
+                self.client,
+                run_id,
                 yaml.safe_dump(plain(config), sort_keys=False, allow_unicode=True),
                 config_artifact,
             )
         return params
 
-    def _log_text_artifact(self, text: str, artifact_file: str) -> None:
-        directory, name = os.path.split(artifact_file)
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / name
-            path.write_text(text, encoding="utf-8")
-            self.client.log_artifact(self._require_run(), str(path), directory or None)
-
     # -- metrics -----------------------------------------------------------------------
 
-    def log_metrics(self, metrics: Mapping[str, Any], step: int) -> dict[str, float]:
+    def log_metrics(
+        self, metrics: Mapping[str, Any], step: int, *, defer: bool = False
+    ) -> dict[str, float]:
         """Log ``metrics`` at ``step``; returns what was actually logged.
 
         Non-finite values are dropped and counted (``nonfinite_dropped`` and the metric
         ``tracking/nonfinite_metrics``). A (key, step) pair at or below the last step
         logged for that key is skipped (counted in ``skipped``): after a resume, the
-        steps replayed since the last checkpoint do not log twice.
+        steps replayed since the last checkpoint do not log twice. ``defer``: kept until
+        :meth:`flush` (or the run's end), so that many short steps cost one write.
         """
-        run_id = self._require_run()
+        self._require_run()
         step = _step(step)
         logged: dict[str, float] = {}
         nonfinite = 0
@@ -353,12 +345,18 @@ class Tracker:
         if not logged:
             return logged
         now = int(time.time() * 1000)
-        entries = [Metric(k, v, now, step) for k, v in logged.items()]
-        for i in range(0, len(entries), 1000):
-            self.client.log_batch(run_id, metrics=entries[i : i + 1000])
+        self._pending += [Metric(k, v, now, step) for k, v in logged.items()]
+        if not defer:
+            self.flush()
         for key in logged:
             self.last_steps[key] = step
         return logged
+
+    def flush(self) -> None:
+        """Write the metrics :meth:`log_metrics` deferred."""
+        pending, self._pending = self._pending, []
+        for i in range(0, len(pending), 1000):
+            self.client.log_batch(self._require_run(), metrics=pending[i : i + 1000])
 
     def history(self, key: str) -> list[tuple[int, float]]:
         """``[(step, value), …]`` of a metric of this run."""
@@ -418,6 +416,13 @@ class Tracker:
         self._upload(source, artifact_path)
         return artifact_path
 
+    def log_datasets(self, inputs: Sequence[Any]) -> None:
+        """The task data the run read, as MLflow dataset inputs (one per
+        :class:`~slca.tracking.datasets.SplitInput`); MLflow keeps one of each."""
+        from slca.tracking.datasets import dataset_inputs
+
+        self.client.log_inputs(self._require_run(), datasets=dataset_inputs(inputs))
+
     def artifact_uri(self, artifact_path: str = "") -> str:
         """The URI of an artifact of this run (a ``file://`` path on the default store)."""
         run = self.client.get_run(self._require_run())
@@ -432,25 +437,30 @@ class Tracker:
         *,
         step: int = 0,
         artifact_path: str | None = None,
+        datasets: Sequence[Any] = (),
+        system: Sequence[Mapping[str, float]] = (),
+        tables: Mapping[str, Mapping[str, Sequence[Any]]] | None = None,
     ) -> None:
-        """Add metrics (at ``step``; non-finite ones dropped) and files (under
-        ``artifact_path``) to an existing run of this experiment that is not this
-        tracker's own — e.g. evaluation results into the run that trained the evaluated
-        model — holding the store's writer lock meanwhile. A run that is missing or in
-        another experiment is refused (``ValueError``) before anything is written."""
-        with self._writer or contextlib.nullcontext():  # one writer per store
-            try:
-                run = self.client.get_run(run_id)
-            except MlflowException as exc:
-                raise ValueError(f"run {run_id!r} not found in {self.tracking_uri}") from exc
-            if run.info.experiment_id != self.ensure_experiment():
-                raise ValueError(f"run {run_id!r} is not in experiment {self.experiment_name!r}")
-            now = int(time.time() * 1000)
-            finite = {k: float(v) for k, v in metrics.items() if math.isfinite(float(v))}
-            entries = [Metric(k, v, now, _step(step)) for k, v in finite.items()]
-            self.client.log_batch(run_id, metrics=entries)
-            for path in files:
-                self.client.log_artifact(run_id, str(path), artifact_path)
+        """Add metrics (at ``step``; non-finite ones dropped), files (under
+        ``artifact_path``), dataset inputs (:class:`~slca.tracking.datasets.SplitInput`),
+        system-metric samples (after the run's own steps) and tables (artifact file →
+        columns, ``log_table``) to an existing run of this experiment, not this tracker's
+        — e.g. evaluation results into the run that trained the model — holding the
+        store's writer lock. A run missing or of another experiment is refused
+        (``ValueError``) before anything is written."""
+        from slca.tracking.additions import add_to_run
+
+        add_to_run(
+            self,
+            run_id,
+            metrics,
+            files,
+            step=step,
+            artifact_path=artifact_path,
+            datasets=datasets,
+            system=system,
+            tables=tables,
+        )
 
     # -- model -------------------------------------------------------------------------
 
@@ -472,23 +482,15 @@ class Tracker:
         under ``name`` by this run is not logged again. Returns the model URI
         (``models:/<model id>``), loadable with ``mlflow.transformers.load_model``.
         """
-        run_id = self._require_run()
-        if not SAFE_NAME.match(name):
-            raise ValueError(f"model name {name!r}: use letters, digits, '_', '.', '-'")
-        existing = self.client.search_logged_models(
-            experiment_ids=[self.experiment_id],
-            filter_string=f"source_run_id = '{run_id}' AND name = '{name}'",
-        )
-        for logged in existing:
-            if logged.status == LoggedModelStatus.READY:
-                return f"models:/{logged.model_id}"
-        info = mlflow.transformers.log_model(
-            {"model": model, "tokenizer": tokenizer},
+        from slca.tracking.models import log_model
+
+        return log_model(
+            self,
+            model,
+            tokenizer,
             name=name,
             task=task,
-            model_card=model_card(model),
-            pip_requirements=pip_requirements or default_pip_requirements(),
+            pip_requirements=pip_requirements,
             registered_model_name=registered_model_name,
-            step=0 if step is None else _step(step),
+            step=None if step is None else _step(step),
         )
-        return info.model_uri

@@ -236,7 +236,12 @@ class DeepSpeedEngine:
             out[name] = copies[id(param)]
         return out
 
-    def save(self, directory: str | Path, client_state: Mapping[str, Any] | None = None) -> Path:
+    def save(
+        self,
+        directory: str | Path,
+        client_state: Mapping[str, Any] | None = None,
+        checksums: bool = True,
+    ) -> Path:
         """Collective: every rank calls it. Rank 0 stages, publishes and exports HF."""
         target = Path(directory)
         staging, _ = staging_paths(target)
@@ -262,7 +267,7 @@ class DeepSpeedEngine:
             write_json(staging / ENGINE_STATE, meta)
         self._dist.barrier()
         if rank == 0:
-            publish(staging, target)
+            publish(staging, target, checksums)
         self._dist.barrier()
         return target
 

@@ -134,10 +134,11 @@ def file_checksums(root: Path) -> dict[str, str]:
     return sums
 
 
-def publish(staging: Path, target: Path) -> None:
-    """Record the checksums of a finished staging directory, then rename it to
-    ``target`` (replacing an older one)."""
-    write_json(staging / CHECKSUMS, file_checksums(staging))
+def publish(staging: Path, target: Path, checksums: bool = True) -> None:
+    """Record the checksums of a finished staging directory (unless ``checksums`` is
+    off), then rename it to ``target`` (replacing an older one)."""
+    if checksums:
+        write_json(staging / CHECKSUMS, file_checksums(staging))
     fsync_tree(staging)
     _, old = staging_paths(target)
     if target.exists():
@@ -183,29 +184,6 @@ def load_hf_weights(module: nn.Module, directory: Path) -> None:
             f"checkpoint {directory} does not match the model: missing {untied}, "
             f"unexpected {unexpected}"
         )
-
-
-def resolve_device(setting: str | None, *, key: str = "engine.device") -> torch.device:
-    """The device a ``device`` setting names (``null``: this process's GPU, else the
-    CPU); ``cuda`` without an index is the launcher's ``LOCAL_RANK``. An unusable
-    device is an error naming ``key`` before any work."""
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    if setting is None:
-        return torch.device("cuda", local) if torch.cuda.is_available() else torch.device("cpu")
-    device = torch.device(setting)
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(
-                f"{key}={setting!r} but torch {torch.__version__} sees no CUDA device; "
-                f"set {key} to cpu (or null: the GPU when there is one)"
-            )
-        if device.index is None:
-            device = torch.device("cuda", local)
-        if device.index >= torch.cuda.device_count():
-            raise ValueError(
-                f"{key}={setting!r}: this machine has {torch.cuda.device_count()} CUDA devices"
-            )
-    return device
 
 
 def join_process_group(device: torch.device) -> tuple[int, int]:

@@ -82,7 +82,6 @@ from slca.training.engine_support import (
     join_process_group,
     load_hf_weights,
     lr_factor,
-    resolve_device,
     rng_state,
     save_hf_weights,
     set_rng_state,
@@ -102,7 +101,6 @@ __all__ = [
     "join_process_group",
     "load_hf_weights",
     "lr_factor",
-    "resolve_device",
     "rng_state",
     "save_hf_weights",
     "set_rng_state",
@@ -176,8 +174,14 @@ class UpdateEngine(Protocol):
         """The learning rate the next :meth:`step` will use."""
         ...
 
-    def save(self, directory: str | Path, client_state: Mapping[str, Any] | None = None) -> Path:
-        """Write a complete checkpoint to ``directory`` atomically (all ranks call it)."""
+    def save(
+        self,
+        directory: str | Path,
+        client_state: Mapping[str, Any] | None = None,
+        checksums: bool = True,
+    ) -> Path:
+        """Write a complete checkpoint to ``directory`` atomically (all ranks call it),
+        with the sha256 of every file unless ``checksums`` is off."""
         ...
 
     def load(self, directory: str | Path) -> dict[str, Any]:

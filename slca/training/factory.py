@@ -32,9 +32,9 @@ SIMULATOR_SETTING = "train.simulator.llm.engine"
 
 
 def check_engines(config: TrainConfig, *, init_dir: str | Path) -> None:
-    """Raise :class:`~slca.rollout.vllm_engine.EngineUnavailable` (one line naming the
+    """Raise :class:`~slca.generation.vllm_engine.EngineUnavailable` (one line naming the
     setting and the fix) when a vLLM engine the configuration asks for cannot start."""
-    from slca.rollout.vllm_engine import check_engine
+    from slca.generation.vllm_engine import check_engine
 
     rollout = config.rollout
     check_engine(
@@ -99,9 +99,10 @@ def build_trainer(
     module, or a copy under ZeRO-3); the simulator (``train.simulator``) and the summary
     scorer (``train.rewards.summary``). Engines, the simulator's cache and its lock
     close with ``stack``. Loads models: call :func:`check_engines` first."""
+    from slca.generation.device import resolve_device
+    from slca.generation.engines import HFEngine
     from slca.modeling import load_causal_lm, resolve_model_source
-    from slca.rollout.engines import HFEngine
-    from slca.training.engines import build_engine, resolve_device
+    from slca.training.engines import build_engine
 
     # an absolute path: a relative one ("models/sft") reads as a Hub repo id to
     # transformers helpers that then try the network
@@ -117,7 +118,7 @@ def build_trainer(
     # is a share of the whole device)
     vllm_engine = None
     if config.rollout.engine == "vllm":
-        from slca.rollout.vllm_engine import VLLMEngine
+        from slca.generation.vllm_engine import VLLMEngine
 
         vllm_engine = stack.enter_context(
             VLLMEngine(

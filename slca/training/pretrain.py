@@ -186,9 +186,10 @@ def run_pretrain(params: PretrainParams, progress: Any = None) -> dict[str, Any]
 
     from slca.config.engine import SFTEngineConfig
     from slca.eval.value_probe import value_probe
+    from slca.rollout.gold import build_example, summary_for
     from slca.simulator import Simulator
     from slca.training.engines import build_engine
-    from slca.training.sft import build_example, sft, summary_for
+    from slca.training.sft import sft
     from slca.training.tiny import build_tiny, save_checkpoint, tokenizer_texts
 
     size = _weights_mb(params)

@@ -38,10 +38,10 @@ from slca.config.train import TrainConfig
 from slca.data.record import TaskRecord
 from slca.eval.in_domain import in_domain_metrics
 from slca.faults import naming_the_place
+from slca.generation.engines import Engine, SamplingParams
 from slca.modeling import eval_autocast
 from slca.rewards.preference import SummaryScorer, build_summary_scorer
 from slca.rewards.score import RewardBreakdown, per_block_rewards, score_batch
-from slca.rollout.engines import Engine, SamplingParams
 from slca.rollout.loop import RolloutLimits, run_rollouts
 from slca.rollout.types import Rollout
 from slca.segments import head_masks, union_mask
@@ -485,6 +485,7 @@ class Trainer:
             path = self.update.save(
                 self.checkpoint_dir / f"step_{self.state.step:06d}",
                 client_state=asdict(self.state),
+                checksums=self.config.verify_checkpoints,
             )
         if self.tracker is not None:
             self.tracker.log_checkpoint(path, self.state.step)
@@ -493,10 +494,11 @@ class Trainer:
     def restore(self) -> bool:
         """Continue from the newest checkpoint that verifies and loads; False when there
         is none. One that fails is reported in one line and set aside (renamed, not
-        deleted) by the main process, and the one before it is tried."""
+        deleted) by the main process, and the one before it is tried. With
+        ``train.verify_checkpoints`` off nothing is hashed: the newest that loads."""
         candidates = complete_checkpoints(self.checkpoint_dir)
         for checkpoint in reversed(candidates):
-            problem = verify_checkpoint(checkpoint)
+            problem = verify_checkpoint(checkpoint) if self.config.verify_checkpoints else None
             if problem is None:
                 try:
                     self.state = TrainerState(**self.update.load(checkpoint))

@@ -24,8 +24,9 @@ from typing import Any
 from slca.config import ConfigError
 from slca.config.train import TrainConfig
 from slca.data import io
-from slca.data.splits import draw_split, fitting_tasks
+from slca.data.splits import draw_split
 from slca.faults import naming_the_place
+from slca.rollout.chat import fitting_tasks
 from slca.tracking.run_file import RUN_FILE
 
 log = logging.getLogger(__name__)
@@ -252,6 +253,7 @@ def training_session(
                 tracking_uri=tracker.tracking_uri,
             )
             tracker.log_params(config.model_dump(mode="json"), data_hashes=hashes)
+            tracker.log_datasets(_read_inputs(config, read))
         if main:
             ids.write_identity(checkpoint_dir, ours)
         if tracker is not None:
@@ -291,6 +293,17 @@ def training_session(
         ids.write_identity(checkpoint_dir, ids.completed(ours))
 
 
+def _read_inputs(config: TrainConfig, read: dict[str, str]) -> list[Any]:
+    """The splits the run read (``{split: content hash}``) as MLflow dataset inputs: the
+    train split in context ``training``, the validation split in ``validation``."""
+    from slca.tracking import split_input
+
+    return [
+        split_input(config.in_dir, split, digest, "training" if split == "train" else "validation")
+        for split, digest in read.items()
+    ]
+
+
 @contextmanager
 def _tracker(config: TrainConfig, enabled: bool) -> Iterator[Any]:
     """The run's MLflow tracker, or None (not rank 0, or tracking off)."""
@@ -301,7 +314,11 @@ def _tracker(config: TrainConfig, enabled: bool) -> Iterator[Any]:
 
     # the store's writer lock now: a second writer is refused before any expensive work
     with naming_the_place(config.tracking_dir, "train.tracking_dir"):
-        tracker = Tracker(config.tracking_dir, experiment=config.experiment).lock()
+        tracker = Tracker(
+            config.tracking_dir,
+            experiment=config.experiment,
+            system_metrics_s=config.system_metrics_s,
+        ).lock()
     with tracker:
         yield tracker
 

@@ -9,8 +9,8 @@ renamed, so a failed step leaves the previous output intact.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -124,86 +124,177 @@ def _loss_figures(prefix: str, losses: list[float]) -> dict[str, float]:
 
 
 def run_sft(params: SFTParams, progress: Any = None) -> dict[str, float]:
-    """SFT from ``base_dir`` on the train split; writes ``out_dir``; returns loss figures."""
+    """SFT from ``base_dir`` on the train split; writes ``out_dir``; returns loss figures.
+
+    With ``params.tracking_dir`` (the default) it is an MLflow run (:func:`_sft_run`):
+    the store's writer lock is taken first (a second writer is refused before any work),
+    the run opens once the examples are built, and ``out_dir`` names it in its run file
+    (``mlflow_run.json``), so the SFT model's evaluation is logged into it."""
     from slca.modeling import load_causal_lm
+    from slca.rollout.gold import build_example, reference_summary, summary_for
     from slca.simulator import Simulator
     from slca.training.engines import build_engine
-    from slca.training.sft import build_example, reference_summary, sft, summary_for
-    from slca.training.tiny import save_checkpoint
+    from slca.training.sft import sft
 
-    model, tokenizer = load_causal_lm(params.base_dir, dtype="float32")
-    simulator = Simulator()
-    examples, too_long, poor = [], 0, 0
-    tasks = io.load_train_set(params.in_dir)
-    if params.sources is not None:
-        tasks = [t for t in tasks if t.source in params.sources]
-        if not tasks:
-            raise ValueError(f"sft: no train task from sft.sources={params.sources}")
-    # a gold call whose arguments the data does not give (the authors' verl rows) has no
-    # trajectory to imitate: written with empty arguments it would teach failing calls.
-    # RL and evaluation still use these tasks (their rewards skip the arguments).
-    known = [t for t in tasks if _arguments_known(t)]
-    unknown, tasks = len(tasks) - len(known), known
-    for task in tasks:
-        summary = summary_for(task, params.poor_summary_frac, params.seed)
-        example = build_example(task, tokenizer, simulator, summary)
-        if len(example.token_ids) > params.max_tokens:
-            too_long += 1
-            continue
-        examples.append(example)
-        poor += summary(task) != reference_summary(task)
-        if params.max_tasks is not None and len(examples) == params.max_tasks:
-            break
-    if not examples:
-        why = f" ({unknown} have gold calls without arguments)" if unknown else ""
-        raise ValueError(f"sft: no train task fits sft.max_tokens={params.max_tokens}{why}")
-    engine = build_engine(model, params.engine)
-    losses = sft(
-        engine,
-        examples,
-        epochs=params.epochs,
-        micro_batch_size=params.micro_batch_size,
-        pad_id=tokenizer.pad_token_id,
-        seed=params.seed,
-        group_by_length=params.group_by_length,
-        progress=progress,
-    )
-    save_checkpoint(model, tokenizer, params.out_dir)
-    return {
-        **_loss_figures("sft", losses),
-        "sft/steps": float(len(losses)),
-        "sft/examples": float(len(examples)),
-        "sft/tokens": float(params.epochs * sum(len(e.token_ids) for e in examples)),
-        "sft/too_long": float(too_long),
-        "sft/poor_summaries": float(poor),
-        "sft/unknown_arguments": float(unknown),
-    }
+    with _sft_run(params) as run:
+        model, tokenizer = load_causal_lm(params.base_dir, dtype="float32")
+        simulator = Simulator()
+        examples, too_long, poor = [], 0, 0
+        records, content = io.verified_split(params.in_dir, "train")
+        tasks = io.build_train_set(records)
+        if params.sources is not None:
+            tasks = [t for t in tasks if t.source in params.sources]
+            if not tasks:
+                raise ValueError(f"sft: no train task from sft.sources={params.sources}")
+        # a gold call whose arguments the data does not give (the authors' verl rows) has
+        # no trajectory to imitate: written with empty arguments it would teach failing
+        # calls. RL and evaluation still use these tasks (their rewards skip the arguments).
+        known = [t for t in tasks if _arguments_known(t)]
+        unknown, tasks = len(tasks) - len(known), known
+        for task in tasks:
+            summary = summary_for(task, params.poor_summary_frac, params.seed)
+            example = build_example(task, tokenizer, simulator, summary)
+            if len(example.token_ids) > params.max_tokens:
+                too_long += 1
+                continue
+            examples.append(example)
+            poor += summary(task) != reference_summary(task)
+            if params.max_tasks is not None and len(examples) == params.max_tasks:
+                break
+        if not examples:
+            why = f" ({unknown} have gold calls without arguments)" if unknown else ""
+            raise ValueError(f"sft: no train task fits sft.max_tokens={params.max_tokens}{why}")
+        engine = build_engine(model, params.engine)
+        run.begin(content)
+        losses = sft(
+            engine,
+            examples,
+            epochs=params.epochs,
+            micro_batch_size=params.micro_batch_size,
+            pad_id=tokenizer.pad_token_id,
+            seed=params.seed,
+            group_by_length=params.group_by_length,
+            progress=progress,
+            on_step=run.step,
+        )
+        figures = {
+            **_loss_figures("sft", losses),
+            "sft/steps": float(len(losses)),
+            "sft/examples": float(len(examples)),
+            "sft/tokens": float(params.epochs * sum(len(e.token_ids) for e in examples)),
+            "sft/too_long": float(too_long),
+            "sft/poor_summaries": float(poor),
+            "sft/unknown_arguments": float(unknown),
+        }
+        run.finish(model, tokenizer, figures, len(losses))
+        with io.atomic_dir(params.out_dir) as tmp:
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            run.write_run_file(Path(tmp))
+    return figures
 
 
 def _arguments_known(task: Any) -> bool:
     return all(call.arguments_known for step in task.gold for call in step)
 
 
-def progress_bar(desc: str, total: int | None = None) -> Any:
-    """A tqdm bar (stderr) for the ``progress(step, figures)`` hooks of SFT and RL: the
-    step count, and the loss (SFT) or the tool and summary rewards (RL)."""
-    from tqdm.auto import tqdm
+SFT_FLUSH_S = 30.0
+"""Seconds between two writes of the SFT run's per-step metrics."""
 
-    bars: list[Any] = []  # drawn at the first step: a run refused at its start prints one line
-    # under a data-parallel launcher only rank 0 shows one
-    hidden = os.environ.get("RANK", "0") != "0"
+
+class _SFTRun:
+    """The SFT stage's MLflow run, or nothing when ``sft.tracking_dir`` is null."""
+
+    def __init__(self, params: SFTParams, tracker: Any) -> None:
+        self.params, self.tracker = params, tracker
+        self.flushed = 0.0
+
+    def begin(self, train_hash: str) -> None:
+        """Open the run: the ``sft`` section as ``sft.*`` params, the data hashes, the
+        train split as the run's ``training`` dataset."""
+        if self.tracker is None:
+            return
+        from slca.tracking import split_input
+
+        self.tracker.start(run_name=self.params.run_name, tags={"slca.kind": "sft"})
+        hashes = {**data_hashes(self.params.in_dir), "read.train": train_hash}
+        self.tracker.log_params({"sft": self.params.model_dump(mode="json")}, data_hashes=hashes)
+        self.tracker.log_datasets([split_input(self.params.in_dir, "train", train_hash)])
+
+    def step(self, step: int, figures: dict[str, float]) -> None:
+        """One step's figures, written every :data:`SFT_FLUSH_S` seconds (a write costs
+        tens of ms on a busy SQLite store; an SFT step on the demo's CPU about 2 s)."""
+        if self.tracker is None:
+            return
+        import time
+
+        self.tracker.log_metrics(figures, step=step, defer=True)
+        if time.monotonic() - self.flushed >= SFT_FLUSH_S:
+            self.tracker.flush()
+            self.flushed = time.monotonic()
+
+    def finish(self, model: Any, tokenizer: Any, figures: dict[str, float], steps: int) -> None:
+        """The stage's figures at its last step, and the final model."""
+        if self.tracker is None:
+            return
+        self.tracker.log_metrics(figures, step=steps)
+        self.tracker.log_model(model, tokenizer)
+
+    def write_run_file(self, directory: Path) -> None:
+        """``mlflow_run.json`` in the written model: the run, for its evaluation."""
+        if self.tracker is None:
+            return
+        import json
+
+        from slca.tracking import RUN_FILE
+
+        run = {"run_id": self.tracker.run_id, "experiment": self.params.experiment}
+        (directory / RUN_FILE).write_text(json.dumps({**run, "stage": "sft"}, indent=2) + "\n")
+
+
+@contextlib.contextmanager
+def _sft_run(params: SFTParams) -> Any:
+    """The SFT run of ``params`` (ended FINISHED, or FAILED/KILLED with the exception);
+    the store's writer lock is taken at once."""
+    if params.tracking_dir is None:
+        yield _SFTRun(params, None)
+        return
+    from slca.faults import naming_the_place
+    from slca.tracking import Tracker
+
+    with naming_the_place(params.tracking_dir, "sft.tracking_dir"):
+        tracker = Tracker(
+            params.tracking_dir,
+            experiment=params.experiment,
+            system_metrics_s=params.system_metrics_s,
+        ).lock()
+    with tracker:
+        yield _SFTRun(params, tracker)
+
+
+def progress_bar(desc: str, total: int | None = None, logger: Any = None) -> Any:
+    """The ``progress(step, figures)`` hook of SFT and RL as a :class:`slca.progress.Progress`
+    (a bar on a terminal, a log line every 30 s elsewhere, through ``logger``): the step
+    count, and the loss (SFT) or the tool and summary rewards (RL). Only rank 0 of a
+    data-parallel launch shows it."""
+    from slca.progress import Progress
+
+    shown = Progress(desc, total, unit="step", logger=logger)
 
     def update(step: int, figures: Any) -> None:
-        if not bars:
-            bars.append(tqdm(total=total, desc=desc, unit="step", disable=hidden))
-        bar = bars[0]
         if isinstance(figures, dict):
-            shown = {k.split("/")[-1]: f"{figures[k]:.3f}" for k in ("reward/tool", "reward/sum")}
-            bar.set_postfix(shown, refresh=False)
+            keys = [k for k in ("reward/tool", "reward/sum") if k in figures]
+            shown.update(step, {k.split("/")[-1]: float(figures[k]) for k in keys})
         else:
-            bar.set_postfix(loss=f"{figures:.3f}", refresh=False)
-        bar.update(step - bar.n)
+            shown.update(step, {"loss": float(figures)})
+        if shown.total is not None and step >= shown.total:
+            shown.close()
 
+    def start(steps: int) -> None:  # the loop's length, when only the loop knows it
+        shown.total = steps
+
+    update.start = start  # type: ignore[attr-defined]
+    update.close = shown.close  # type: ignore[attr-defined]
     return update
 
 

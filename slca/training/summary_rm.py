@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from slca.data.record import TaskRecord
 from slca.rewards.preference import render_for_reward_model
-from slca.training.sft import NO_CALL_REPLY, poor_summary, reference_summary
+from slca.rollout.gold import NO_CALL_REPLY, poor_summary, reference_summary
 
 
 @dataclass(frozen=True)

@@ -191,7 +191,7 @@ def pretrain_copying(
 def tokenizer_texts(tasks: list[Any]) -> list[str]:
     """What a tiny tokenizer is trained on: every message, tool schema, gold call and
     reference summary of ``tasks``, so each is spelt by few tokens."""
-    from slca.training.sft import reference_summary
+    from slca.rollout.gold import reference_summary
 
     texts = []
     for task in tasks:

@@ -16,6 +16,7 @@ from torch.optim.lr_scheduler import LambdaLR
 
 from slca import modeling
 from slca.config.engine import EngineConfig
+from slca.generation.device import resolve_device
 from slca.training.engine_support import (
     CLIENT_STATE,
     ENGINE_STATE,
@@ -26,7 +27,6 @@ from slca.training.engine_support import (
     lr_factor,
     publish,
     read_engine_state,
-    resolve_device,
     rng_state,
     save_hf_weights,
     set_rng_state,
@@ -162,7 +162,12 @@ class TorchEngine:
 
             dist.barrier()
 
-    def save(self, directory: str | Path, client_state: Mapping[str, Any] | None = None) -> Path:
+    def save(
+        self,
+        directory: str | Path,
+        client_state: Mapping[str, Any] | None = None,
+        checksums: bool = True,
+    ) -> Path:
         """Every rank calls it; rank 0 writes the (replicated) weights and optimizer,
         each rank its RNG state."""
         target = Path(directory)
@@ -184,7 +189,7 @@ class TorchEngine:
                 write_json(staging / ENGINE_STATE, meta)
             self._barrier()
             if main:
-                publish(staging, target)
+                publish(staging, target, checksums)
         except BaseException:
             if main:
                 shutil.rmtree(staging, ignore_errors=True)

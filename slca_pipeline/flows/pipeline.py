@@ -14,12 +14,12 @@ from pydantic import Field
 
 from slca.config.data import PrepareParams, ValidateParams
 from slca.config.steps import BaseModelParams, SFTParams
-from slca.rollout.vllm_engine import check_engine
+from slca.generation.vllm_engine import check_engine
 from slca.simulator.check import check_params
 from slca_pipeline.flows.data import data
 from slca_pipeline.flows.evaluate import evaluate, evaluate_params
 from slca_pipeline.flows.params import DEFAULT_STATE_DIR, Estimator, read_document, section
-from slca_pipeline.flows.sft import sft
+from slca_pipeline.flows.sft import sft, sft_section
 from slca_pipeline.flows.simulator_check import simulator_check
 from slca_pipeline.flows.train import train, train_config
 
@@ -49,7 +49,7 @@ def pipeline(
         section(document, name, model, params_file)
     check_params(document, params_file)  # the check validates training's simulator backend
     configs = {e: train_config(document, params_file, e) for e in dict.fromkeys(estimators)}
-    sft_dir = section(document, "sft", SFTParams, params_file).out_dir
+    sft_dir = sft_section(document, params_file).out_dir
     evaluation = evaluate_params(document, params_file, sft_dir, "sft", must_exist=False)
     for config in configs.values():  # vLLM must be able to start before data and SFT run
         rollout = config.rollout

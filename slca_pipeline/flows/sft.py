@@ -13,6 +13,19 @@ from slca_pipeline.tasks.steps import run_step
 from slca_pipeline.tasks.training import base_model_task, sft_task
 
 
+def sft_section(document: dict[str, Any], params_file: str | Path) -> SFTParams:
+    """The ``sft`` section; its MLflow store and experiment default to the ``train``
+    section's (``train.tracking_dir``, ``train.experiment``), where the RL runs and the
+    evaluations go, so the SFT model's evaluation is logged into the SFT run."""
+    raw = document.get("sft") or {}
+    train = document.get("train") or {}
+    data = dict(raw)
+    for key in ("tracking_dir", "experiment"):
+        if key not in raw and key in train:
+            data[key] = train[key]
+    return section({**document, "sft": data}, "sft", SFTParams, params_file)
+
+
 @flow(name="sft", validate_parameters=True)
 def sft(
     params_file: Path = Path("params.yaml"),
@@ -22,7 +35,7 @@ def sft(
     """base_model → sft, from those sections of ``params_file``; returns the SFT losses."""
     document = read_document(params_file, overrides)
     base = section(document, "base_model", BaseModelParams, params_file)
-    sft_params = section(document, "sft", SFTParams, params_file)
+    sft_params = sft_section(document, params_file)
     run_step(base_model_task, base, state_dir)
     return run_step(sft_task, sft_params, state_dir)
 

@@ -25,7 +25,7 @@ def evaluate_step(params: EvaluateParams) -> Step:
 @step_task(evaluate_step, name="evaluate")
 def evaluate_task(params: EvaluateParams) -> dict[str, float]:
     """Greedy rollouts of ``params.model_dir`` scored; returns the metrics."""
-    return evaluate(params, progress=tqdm_progress())
+    return evaluate(params, progress=tqdm_progress(get_run_logger()))
 
 
 # Not a cached step: it reads every finished run of the experiment, which no key covers.

@@ -10,7 +10,7 @@ from slca.config.train import TrainConfig
 from slca.rewards.score import RewardBreakdown
 from slca.training.rl import Sampled, Trainer
 from slca.training.session import data_hashes, training_session
-from slca.training.stages import build_base_model, run_sft
+from slca.training.stages import build_base_model, progress_bar, run_sft
 from slca_pipeline.tasks.steps import Step, as_paths, step_task
 
 
@@ -40,8 +40,9 @@ def sft_step(params: SFTParams) -> Step:
 
 @step_task(sft_step, name="sft")
 def sft_task(params: SFTParams) -> dict[str, float]:
-    """SFT warm start; returns the first/last loss figures."""
-    return run_sft(params)
+    """SFT warm start (an MLflow run unless ``sft.tracking_dir`` is null); returns the
+    first/last loss figures. Its progress goes to the task's log every 30 s."""
+    return run_sft(params, progress=progress_bar("sft", logger=get_run_logger()))
 
 
 def train_step(params: TrainConfig) -> Step:
@@ -63,7 +64,10 @@ def train_task(params: TrainConfig, overwrite: bool = False) -> str:
     and refuses checkpoints of another configuration unless ``overwrite``
     (:func:`slca.training.identity.plan_start`)."""
     hashes = data_hashes(params.in_dir)
-    with training_session(params, resume=True, overwrite=overwrite, data_hashes=hashes) as trainer:
+    shown = progress_bar(f"train {params.estimator}", params.steps, logger=get_run_logger())
+    with training_session(
+        params, resume=True, overwrite=overwrite, data_hashes=hashes, progress=shown
+    ) as trainer:
         trainer.begin()  # the step-0 validation, as Trainer.run does it
         while not trainer.done:
             sampled = rollout_task(trainer)
@@ -97,5 +101,6 @@ def update_task(
         for k in ("reward/tool", "reward/sum", "actor/pg_loss")
         if k in metrics
     )
-    get_run_logger().info(f"train: step {trainer.state.step}/{trainer.config.steps}: {figures}")
+    # each step at debug level: the progress line (every 30 s, with the rewards) is info
+    get_run_logger().debug(f"train: step {trainer.state.step}/{trainer.config.steps}: {figures}")
     return metrics

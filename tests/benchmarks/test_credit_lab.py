@@ -21,8 +21,8 @@ from slca.config.train import TrainConfig
 from slca.data.lab import CUE_TOOLS, cued_tool, lab_tasks
 from slca.grammar import ToolCall, render_tool_call
 from slca.rewards.score import score_batch
+from slca.rollout.gold import poor_summary, reference_summary
 from slca.rollout.types import ExecutedCall, Rollout, Turn
-from slca.training.sft import poor_summary, reference_summary
 
 REPO = Path(__file__).resolve().parents[2]
 PARAMS = REPO / "benchmarks/credit/lab.yaml"
@@ -191,6 +191,7 @@ def test_a_quick_setting_is_refused_before_anything_runs(tmp_path, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_the_lab_end_to_end_on_a_tiny_policy(tmp_path):
     """Tasks → base model → SFT → two training steps of each method → report."""
     document = yaml.safe_load(PARAMS.read_text())

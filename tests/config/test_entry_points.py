@@ -128,7 +128,7 @@ def runner(monkeypatch, tmp_path):
 def test_the_slca_command_reports_a_bad_setting_in_one_line(
     runner, tmp_path, command, override, message
 ):
-    from slca.cli import app
+    from slca_pipeline.cli import app
 
     path = params_file(tmp_path, {})
     result = runner.invoke(app, [*command, "--params", path, "-S", override])
@@ -151,7 +151,7 @@ def test_the_data_sections_load_without_torch():
 
 @pytest.mark.slow  # the pipeline checks its sections inside its flow: Prefect starts first
 def test_slca_run_reports_a_bad_override_in_one_line_before_any_step(runner, tmp_path):
-    from slca.cli import app
+    from slca_pipeline.cli import app
 
     tasks = tmp_path / "tasks"
     path = params_file(tmp_path, {"prepare": {"out_dir": str(tasks)}})

@@ -16,7 +16,7 @@ from slca.data.lab import (
     lab_tasks,
     write_dataset,
 )
-from slca.training.sft import poor_summary, reference_summary, summary_for
+from slca.rollout.gold import poor_summary, reference_summary, summary_for
 
 
 def _gold_tool(task):

@@ -17,7 +17,7 @@ from slca.data.sources import SourceError
 from slca.data.sources.bfcl_backends import bfcl_tool_specs, load_bfcl_class, parse_call
 from slca.eval import bfcl
 from slca.eval import bfcl_multi_turn as mt
-from slca.rollout.engines import SamplingParams
+from slca.generation.engines import SamplingParams
 from slca.rollout.loop import RolloutLimits, run_rollouts
 from slca.simulator.core import is_error
 from slca.training.tiny import train_tokenizer

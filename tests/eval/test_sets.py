@@ -19,7 +19,7 @@ from slca.data.sources import bfcl as bfcl_source  # noqa: E402
 from slca.data.sources import tau2 as tau2_source  # noqa: E402
 from slca.eval import bfcl_multi_turn  # noqa: E402
 from slca.eval.stages import _score_bfcl, _score_tau2  # noqa: E402
-from slca.rollout.engines import SamplingParams  # noqa: E402
+from slca.generation.engines import SamplingParams  # noqa: E402
 from slca.rollout.loop import RolloutLimits, run_rollouts  # noqa: E402
 from slca.training.tiny import train_tokenizer  # noqa: E402
 

@@ -23,7 +23,7 @@ from slca.eval.stages import (
 )
 from slca.grammar import parse_turn
 from slca.rollout.types import ExecutedCall, Rollout, Turn
-from slca.tracking import RUN_FILE, experiment_runs
+from slca.tracking import RUN_FILE, experiment_runs, read_inputs
 from slca.training.session import run_train
 from slca.training.stages import build_base_model, run_sft
 
@@ -83,6 +83,10 @@ def test_evaluate_writes_reports_and_logs_into_the_training_run(trained):
     assert all({"text", "calls", "call_errors"} <= set(t) for t in first["turns"])
     (trained_run,) = [r for r in experiment_runs(root / "mlflow") if r.run_id == run_id]
     assert trained_run.metrics["eval/in_domain/process"] == metrics["in_domain/process"]
+    # the splits it read join the training run's (train, and val for its validation)
+    client = MlflowClient(f"sqlite:///{root / 'mlflow/mlflow.db'}")
+    contexts = {d["name"]: d["context"] for d in read_inputs(client.get_run(run_id).inputs)}
+    assert contexts == {"tasks/train": "training", "tasks/val": "validation", "tasks/test": "test"}
     # the value probe on the val split's synth tasks, reported and logged as the rest
     probe = {k: v for k, v in metrics.items() if k.startswith("value_probe/")}
     assert set(probe) == {

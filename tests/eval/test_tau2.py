@@ -43,6 +43,7 @@ def _gold_calls(record):
 # ----------------------------------------------------------------- gold replay
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("domain", sorted(N_BASE))
 def test_gold_replay_scores_one_on_every_task(records, domain):
     recs = [r for r in records.values() if r.domain == domain]

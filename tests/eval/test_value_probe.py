@@ -11,8 +11,8 @@ import torch
 from slca.config.data import SynthParams
 from slca.data.synth import generate_task
 from slca.eval.value_probe import value_probe, value_tokens
+from slca.rollout.gold import build_example, reference_summary
 from slca.simulator import Simulator
-from slca.training.sft import build_example, reference_summary
 from slca.training.tiny import train_tokenizer
 
 

@@ -91,6 +91,7 @@ def marked_folders_are_whole(artifacts: Path, checkpoint_dir: Path) -> list[str]
     return bad
 
 
+@pytest.mark.long
 def test_repeated_kill_minus_nine_and_resume_lose_and_duplicate_nothing(settings, tmp_path):
     config = settings(steps=STEPS, checkpoint_every=1, histogram_every=1)
     params = tmp_path / "params.yaml"

@@ -72,7 +72,7 @@ def _echo_task():
 def test_a_rollout_whose_call_carries_a_lone_surrogate_finishes(tokenizer):
     from helpers import ScriptedEngine
 
-    from slca.rollout.engines import SamplingParams
+    from slca.generation.engines import SamplingParams
     from slca.rollout.loop import run_rollouts
 
     bad = '<tool_call>{"name": "echo", "arguments": {"q": "\\ud800"}}</tool_call>'
@@ -185,7 +185,7 @@ def test_a_turn_over_max_turn_bytes_ends_the_rollout_unparsed(monkeypatch, token
     from helpers import ScriptedEngine
 
     import slca.rollout.loop as loop
-    from slca.rollout.engines import SamplingParams
+    from slca.generation.engines import SamplingParams
 
     seen = []
     real = loop.parse_turn

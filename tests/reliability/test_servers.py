@@ -112,6 +112,13 @@ def test_slca_ui_servers_and_workers_stop_with_it(tmp_path, signum):
             timeout=300,
             what="the servers never answered",
         )
+        # issue 36: both answer a foreign Host (DNS rebinding) with a 4xx, changing nothing
+        from helpers import http_request
+
+        evil = {"host": "evil.example", "body": '{"name": "probe", "value": "x"}'}
+        assert http_request(prefect_port, "POST", "/api/variables/", **evil)[0] == 400
+        create = "/api/2.0/mlflow/experiments/create"
+        assert http_request(mlflow_port, "POST", create, **evil)[0] == 403
         tree = descendants(ui.pid)
         assert len(tree) >= 4  # two supervisors, two servers, and their workers
         os.kill(ui.pid, signum)
@@ -149,3 +156,45 @@ def test_a_flow_commands_ephemeral_prefect_server_stops_with_it(tmp_path, signum
     finally:
         if command.poll() is None:
             command.kill()
+
+
+EPHEMERAL = """
+import sys
+from prefect.server.api.server import SubprocessASGIServer
+from slca_pipeline.cli import prefect_server
+
+with prefect_server():  # what every flow command of `slca` runs its flows in
+    server = SubprocessASGIServer()
+    server.start()
+    print(server.port, flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_a_flow_commands_ephemeral_prefect_server_answers_loopback_host_names_only(tmp_path):
+    """Issue 36: Prefect's ephemeral server listens on a 127.0.0.1 socket (not in
+    process), so a page rebound to 127.0.0.1 could drive it; ``slca`` runs it behind the
+    same host check as ``slca ui``'s server."""
+    from helpers import http_request
+
+    server = subprocess.Popen(
+        [sys.executable, "-c", EPHEMERAL],
+        env=dict(env(tmp_path), PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="180"),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        port = int(server.stdout.readline())
+        variable = '{"name": "probe", "value": "x"}'
+        for host in ("evil.example", f"evil.example:{port}"):
+            status, _, body = http_request(port, "POST", "/api/variables/", host, variable)
+            assert (status, body) == (400, "Invalid host header")
+        for host in ("127.0.0.1", f"localhost:{port}"):
+            assert http_request(port, "GET", "/api/health", host)[0] == 200
+        assert http_request(port, "GET", "/api/variables/name/probe")[0] == 404
+        status, _, body = http_request(port, "POST", "/api/variables/", body=variable)
+        assert status == 403 and "CSRF" in body  # a loopback request without a token
+    finally:
+        server.stdin.close()
+        server.wait(timeout=60)

@@ -308,7 +308,7 @@ def test_reward_model_through_score(b, tiny_reward_model):
 
 
 def test_marker_tells_the_sft_reference_summary_from_the_poor_one(b):
-    from slca.training.sft import poor_summary, reference_summary
+    from slca.rollout.gold import poor_summary, reference_summary
 
     task = b.task([[b.call("get_weather", city="Paris")]], facts=FACTS)
     items = [SummaryInput(s, task) for s in (reference_summary(task), poor_summary(task))]

@@ -5,7 +5,7 @@ import pytest
 import torch
 from helpers import ScriptedEngine
 
-from slca.rollout.engines import HFEngine, SamplingParams, sequence_logprobs
+from slca.generation.engines import HFEngine, SamplingParams, sequence_logprobs
 from slca.rollout.loop import RolloutLimits, run_rollouts
 from slca.segments import ENV, KIND_CODE
 from slca.simulator import Simulator

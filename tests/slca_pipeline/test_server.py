@@ -9,19 +9,15 @@ through Prefect's client (which fetches the CSRF token itself).
 
 from __future__ import annotations
 
-import http.client
 import json
-import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import yaml
-from helpers import tiny_params
+from helpers import http_request as request
+from helpers import running_prefect_server, tiny_params
 
 from slca_pipeline.server import allowed_hosts, server_environment
 
@@ -30,63 +26,11 @@ SLCA = str(Path(sys.executable).parent / "slca")
 EVIL = "evil.example"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def request(port: int, method: str, path: str, host: str | None = None, body=None, **headers):
-    """(status, headers, body) of one request to 127.0.0.1:``port`` naming ``host``."""
-    headers = {"Host": host or f"127.0.0.1:{port}", **headers}
-    if body is not None:
-        headers["Content-Type"] = "application/json"
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        connection.request(method, path, body=body, headers=headers)
-        response = connection.getresponse()
-        return response.status, dict(response.getheaders()), response.read().decode()
-    finally:
-        connection.close()
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """The server's port and environment; stopped (its session, by PID) afterwards."""
-    home = tmp_path_factory.mktemp("prefect-home")
-    port = free_port()
-    env = dict(os.environ, PREFECT_HOME=str(home), PREFECT_API_URL=f"http://127.0.0.1:{port}/api")
-    for key in (*server_environment("127.0.0.1", port), "PREFECT_SERVER_MEMO_STORE_PATH"):
-        env.pop(key, None)  # the server's own defaults, not the test session's
-    log = open(home / "server.log", "w")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "slca_pipeline.server", "--port", str(port)],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            assert process.poll() is None, (home / "server.log").read_text()[-3000:]
-            try:
-                if request(port, "GET", "/api/health")[0] == 200:
-                    break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "no answer on /api/health in 180 s"
-            time.sleep(0.5)
+    with running_prefect_server(tmp_path_factory.mktemp("prefect-home")) as (port, env):
         yield port, env
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGINT)
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=10)
-        log.close()
 
 
 def test_the_loopback_names_and_a_specific_bind_address_are_the_allowed_hosts():

@@ -81,7 +81,7 @@ def main(stage: int, workdir: Path, optimizer: str = "adamw") -> dict:
         and engine.steps == 1
     )
     # the HF rollout engine on the engine's module (not its wrapper) is never synced
-    from slca.rollout.engines import HFEngine
+    from slca.generation.engines import HFEngine
     from slca.training.rl import Trainer
 
     hf = HFEngine(engine.module, tokenizer)

@@ -19,7 +19,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ (helpers)
 
 from slca.config.train import TrainConfig  # noqa: E402
-from slca.rollout.engines import Generation  # noqa: E402
+from slca.generation.engines import Generation  # noqa: E402
 
 SCRIPT_CITY = "Paris"
 
@@ -108,7 +108,7 @@ def config(engine: str, stage: int, steps: int) -> TrainConfig:
 def run(setup: Path, workdir: Path, engine: str, stage: int, steps: int, resume: bool) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from slca.rollout.engines import HFEngine
+    from slca.generation.engines import HFEngine
     from slca.simulator import Simulator
     from slca.training.engines import build_engine
     from slca.training.rl import Trainer

@@ -126,3 +126,38 @@ def test_clean_staging_restores_a_checkpoint_moved_aside_mid_replace(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step_000001", "step_000002"]
     assert (tmp_path / "step_000002" / "engine.json").exists()
     assert "restored step_000002 from .step_000002.old" in done
+
+
+def test_verify_checkpoints_off_skips_the_hashing_and_on_detects_corruption(
+    world, checkpoints, tmp_path, monkeypatch
+):
+    """``train.verify_checkpoints: false``: no sha256 on save (no checksums.json) nor on
+    resume, which trusts an altered checkpoint that loads; on (the default), the same
+    alteration is detected and the checkpoint before it taken."""
+    import slca.training.checkpoints as checkpoints_module
+    import slca.training.engine_support as support
+
+    hashed = []
+    original = support.file_checksums
+
+    def counting(root):
+        hashed.append(root)
+        return original(root)
+
+    monkeypatch.setattr(support, "file_checksums", counting)
+    monkeypatch.setattr(checkpoints_module, "file_checksums", counting)
+    make(world, tmp_path / "off", steps=2, verify_checkpoints=False)[0].run()
+    saved = tmp_path / "off/ckpt"
+    assert [p.name for p in complete_checkpoints(saved)] == ["step_000001", "step_000002"]
+    assert not list(saved.rglob(CHECKSUMS)) and hashed == []
+    zero_inside(saved / "step_000002" / "model.safetensors")  # same size: loads
+    trainer = make(world, tmp_path / "off", steps=3, verify_checkpoints=False)[0]
+    assert trainer.restore() and trainer.state.step == 2  # trusted: nothing hashed
+    assert hashed == [] and not list(saved.glob("corrupt.*"))
+
+    # on (the default; `checkpoints` was saved with it): the same damage is caught
+    assert all((c / CHECKSUMS).is_file() for c in complete_checkpoints(checkpoints))
+    zero_inside(checkpoints / "step_000003" / "model.safetensors")
+    trainer = make(world, checkpoints.parent, steps=4)[0]
+    assert trainer.restore() and trainer.state.step == 2
+    assert hashed and (checkpoints / "corrupt.step_000003").is_dir()

@@ -24,11 +24,12 @@ import pytest
 from slca.config.engine import EngineConfig
 from slca.config.train import TrainConfig
 from slca.data.record import TaskRecord
-from slca.rollout.engines import HFEngine
+from slca.generation.engines import HFEngine
+from slca.rollout.gold import build_example
 from slca.simulator import Simulator
 from slca.training.engines import TorchEngine
 from slca.training.rl import Trainer
-from slca.training.sft import build_example, sft
+from slca.training.sft import sft
 from slca.training.tiny import tiny_model, train_tokenizer
 
 pytestmark = pytest.mark.slow  # ~2 min on 2 cores; they still run in CI

@@ -7,7 +7,7 @@ from trainer_world import build_world, call, engine, make
 
 from slca.config.engine import EngineConfig
 from slca.config.train import TrainConfig
-from slca.rollout.engines import HFEngine
+from slca.generation.engines import HFEngine
 from slca.simulator import Simulator
 from slca.training.checkpoints import latest_checkpoint
 from slca.training.engines import TorchEngine, load_hf_weights

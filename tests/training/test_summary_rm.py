@@ -12,8 +12,8 @@ from slca.config.train import TrainConfig
 from slca.data import io
 from slca.data.prepare import prepare
 from slca.rewards.preference import RewardModelScorer, SummaryInput
+from slca.rollout.gold import NO_CALL_REPLY, poor_summary, reference_summary
 from slca.training.session import run_train
-from slca.training.sft import NO_CALL_REPLY, poor_summary, reference_summary
 from slca.training.stages import build_base_model, build_summary_rm, run_sft
 from slca.training.summary_rm import preference_pairs
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from helpers import tiny_params
 
-import slca.training.sft
+import slca.rollout.gold
 from slca.config.data import PrepareParams, SplitParams, ValidateParams
 from slca.config.evaluate import EvaluateParams
 from slca.config.steps import BaseModelParams, SFTParams
@@ -131,7 +131,7 @@ def run(request, tmp_path_factory, store):
     lap("base_model")
 
     built = []  # every example run_sft builds: what SFT trains on
-    real_build = slca.training.sft.build_example
+    real_build = slca.rollout.gold.build_example
 
     def build_example(task, *args, **kwargs):
         example = real_build(task, *args, **kwargs)
@@ -139,7 +139,7 @@ def run(request, tmp_path_factory, store):
         return example
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(slca.training.sft, "build_example", build_example)
+        mp.setattr(slca.rollout.gold, "build_example", build_example)
         sft = run_sft(
             SFTParams(**{**params["sft"], "sources": [SOURCE], "max_tasks": None, "epochs": 1})
         )

@@ -8,16 +8,13 @@ started by PID (the process worker exits on a second SIGINT).
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
+from helpers import running_prefect_server, stop_session
 
 REPO = Path(__file__).resolve().parents[3]
 PREFECT = [sys.executable, "-m", "prefect"]
@@ -25,63 +22,19 @@ PREFECT = [sys.executable, "-m", "prefect"]
 pytestmark = pytest.mark.slow
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def stop(process: subprocess.Popen, interrupts: int) -> None:
-    """SIGINT (``interrupts`` times, a second apart), then SIGKILL: the process and the
-    session it leads (a worker's flow-run child), all started by this test."""
-    for _ in range(interrupts):
-        if process.poll() is not None:
-            break
-        os.killpg(process.pid, signal.SIGINT)
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=10)
-
-
 @pytest.fixture
 def server(tmp_path):
-    port = free_port()
     env = dict(
         os.environ,
-        PREFECT_HOME=str(tmp_path / "prefect-home"),
-        PREFECT_API_URL=f"http://127.0.0.1:{port}/api",
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
         PREFECT_UI_ENABLED="false",
         PREFECT_WORKER_QUERY_SECONDS="2",
         PREFECT_LOGGING_LEVEL="INFO",
         PWD=str(REPO),  # prefect.yaml's pull step: the checkout the worker runs from
     )
-    log = open(tmp_path / "server.log", "w")
-    process = subprocess.Popen(
-        [*PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.time() + 120
-        while True:
-            assert process.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
-            try:
-                with urllib.request.urlopen(f"{env['PREFECT_API_URL']}/health", timeout=2):
-                    break
-            except OSError:
-                assert time.time() < deadline, "server did not answer /api/health in 120 s"
-                time.sleep(0.5)
-        yield env
-    finally:
-        stop(process, interrupts=1)
-        log.close()
+    command = [*PREFECT, "server", "start", "--host", "127.0.0.1"]
+    with running_prefect_server(tmp_path / "prefect-home", command, env) as (_, server_env):
+        yield server_env
 
 
 def prefect(env, *args, timeout=120) -> subprocess.CompletedProcess:
@@ -120,7 +73,7 @@ def test_deploy_from_prefect_yaml_and_run_on_a_process_worker(server, tmp_path, 
             timeout=300,
         )
     finally:
-        stop(worker, interrupts=2)
+        stop_session(worker, interrupts=2, wait_s=10)
         worker_log.close()
     assert "Completed" in run.stdout, run.stdout
     manifest = json.loads((tmp_path / "data/tasks/manifest.json").read_text())

@@ -209,7 +209,7 @@ def test_each_rl_cycle_runs_as_rollout_score_and_update_tasks(runs):
 def test_cli_eval_and_report_on_the_pipeline_models(runs, monkeypatch, tmp_path):
     from typer.testing import CliRunner
 
-    from slca.cli import app
+    from slca_pipeline.cli import app
 
     root = runs["root"]
     monkeypatch.chdir(tmp_path)  # the report directory is relative

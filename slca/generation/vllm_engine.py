@@ -1,6 +1,6 @@
 """The vLLM engine: an offline ``vllm.LLM`` beside the trainer, on CUDA or on CPU.
 
-Same output as :class:`slca.rollout.engines.HFEngine`: the sampled token ids of one
+Same output as :class:`slca.generation.engines.HFEngine`: the sampled token ids of one
 turn per prompt, with ``log_softmax(logits / temperature)`` log-probabilities (vLLM's
 ``processed_logprobs`` mode) and whether a stop token ended the turn. The rollout
 engine, evaluation and the simulator's ``llm`` backend all build theirs here
@@ -8,7 +8,7 @@ engine, evaluation and the simulator's ``llm`` backend all build theirs here
 structured outputs (``guidance`` backend, the llguidance compiler the CPU simulator
 engine uses too).
 
-New weights go through a worker extension (:mod:`slca.rollout.vllm_worker`): the
+New weights go through a worker extension (:mod:`slca.generation.vllm_worker`): the
 trainer writes them as one safetensors file in a private directory (``/dev/shm``
 when it has room) and calls the worker's ``slca_load_weights`` by name through
 ``collective_rpc``; the worker reloads them with vLLM's layer-wise reload, which
@@ -35,9 +35,9 @@ from typing import Any
 import torch
 
 from slca.config.vllm import VLLMConfig
-from slca.rollout.engines import Generation, SamplingParams
+from slca.generation.engines import Generation, SamplingParams
 
-WORKER_EXTENSION = "slca.rollout.vllm_worker.WeightSyncExtension"
+WORKER_EXTENSION = "slca.generation.vllm_worker.WeightSyncExtension"
 _GIB = 1 << 30
 # Beyond weights and KV cache: vLLM's two processes (engine core, worker) with torch
 # imported, activations, the sampler. Measured ~1.4 GiB RSS together on CPU.

@@ -9,8 +9,8 @@ import torch
 import yaml
 
 from slca.config.vllm import VLLMConfig
-from slca.rollout import vllm_engine
-from slca.rollout.vllm_engine import EngineUnavailable, check_vllm, vllm_available
+from slca.generation import vllm_engine
+from slca.generation.vllm_engine import EngineUnavailable, check_vllm, vllm_available
 
 needs_vllm = pytest.mark.skipif(not vllm_available(), reason="vllm is not installed")
 

@@ -6,8 +6,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from slca.cli import app
 from slca.config import ConfigError
+from slca_pipeline.cli import app
 
 
 @pytest.fixture()
@@ -129,7 +129,7 @@ def test_run_tasks_trains_and_evaluates_on_the_users_file_under_the_overrides(
 
 
 def test_data_import_prints_the_report_line_and_a_bad_path_in_one_line(runner, tmp_path):
-    fixture = Path(__file__).parent / "fixtures/imports/openai/tasks.jsonl"
+    fixture = Path(__file__).parents[1] / "fixtures/imports/openai/tasks.jsonl"
     result = runner.invoke(app, ["data", "import", str(fixture), "--out", str(tmp_path / "o")])
     assert result.exit_code == 0, result.output
     assert f"{fixture}: openai: 17 rows, 5 imported (6 tasks), 12 rejected" in result.output

@@ -1,7 +1,7 @@
 """The trainer's side door into a vLLM worker: a worker extension, as TRL and verl use.
 
 vLLM mixes :class:`WeightSyncExtension` into its worker class when the engine is built
-with ``worker_extension_cls="slca.rollout.vllm_worker.WeightSyncExtension"``, so the
+with ``worker_extension_cls="slca.generation.vllm_worker.WeightSyncExtension"``, so the
 trainer calls its methods by name with ``LLM.collective_rpc`` (plain arguments only:
 no pickled closures, no ``VLLM_ALLOW_INSECURE_SERIALIZATION``). This module runs in
 vLLM's worker process and imports only what is there.

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from slca.config.vllm import VLLMConfig
-from slca.rollout.engines import HFEngine, SamplingParams
-from slca.rollout.vllm_engine import vllm_available
+from slca.generation.engines import HFEngine, SamplingParams
+from slca.generation.vllm_engine import vllm_available
 from slca.training.batch import token_logprobs
 from slca.training.tiny import tiny_model
 
@@ -38,7 +38,7 @@ def checkpoint(tmp_path_factory, tokenizer):
 
 @pytest.fixture(scope="module")
 def engine(checkpoint, tokenizer):
-    from slca.rollout.vllm_engine import VLLMEngine
+    from slca.generation.vllm_engine import VLLMEngine
 
     with VLLMEngine(
         checkpoint,

@@ -2,8 +2,10 @@
 
 Each command runs a Prefect flow (ephemeral mode unless ``PREFECT_API_URL`` points at
 a server), so a run from the shell and a run on a work pool are the same code. The
-flows are imported when a command runs: the library (``slca.*``) itself never imports
-Prefect; this module is the composition root that does.
+flows are imported when a command runs (so ``slca --help`` does not start Prefect). The
+command lives in the orchestration package, above both it and the library: the library
+(``slca.*``) imports neither Prefect nor ``slca_pipeline``; this module is the
+composition root that does.
 
 Errors print one line plus a hint; ``--debug`` shows the traceback.
 """
@@ -94,7 +96,10 @@ def _quiet_prefect_tracebacks() -> None:
 def prefect_server() -> Iterator[None]:
     """Prefect's ephemeral API server for this process's flows (unless
     ``PREFECT_API_URL`` names a server) with a parent-death signal, so it never outlives
-    this process, kill -9 included; stopped when the block ends.
+    this process, kill -9 included, answering loopback host names only
+    (:func:`slca_pipeline.server.ephemeral_app`: it listens on a socket, so a page
+    rebound to 127.0.0.1 could reach it) and with CSRF protection on; stopped when the
+    block ends.
 
     It is Prefect's own ``SubprocessASGIServer`` (its command, port search and health
     wait), registered where Prefect looks for its ephemeral server (as Prefect's test
@@ -111,7 +116,14 @@ def prefect_server() -> Iterator[None]:
 
     class _Popen(subprocess.Popen):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
+            from slca_pipeline.server import ephemeral_environment, host_checked
+
             kwargs.setdefault("preexec_fn", die_with_parent())
+            kwargs["env"] = ephemeral_environment(kwargs.get("env") or os.environ)
+            if "args" in kwargs:
+                kwargs["args"] = host_checked(kwargs["args"])
+            else:
+                args = (host_checked(args[0]), *args[1:])
             super().__init__(*args, **kwargs)
 
     class _Server(base):

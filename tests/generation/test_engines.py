@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from slca.config.rewards import JudgeConfig
-from slca.rollout.engines import HFEngine, SamplingParams, sequence_logprobs
+from slca.generation.engines import HFEngine, SamplingParams, sequence_logprobs
 from slca.training.tiny import tiny_model
 
 
@@ -74,8 +74,8 @@ def test_engine_needs_a_pad_token(model, tokenizer):
 
 
 def test_the_judge_runs_on_a_real_engine_and_counts_unparseable_ratings(model, tokenizer, tasks):
+    from slca.generation.engines import text_generator
     from slca.rewards.preference import JudgeScorer, SummaryInput
-    from slca.rollout.engines import text_generator
 
     replies = []
 
