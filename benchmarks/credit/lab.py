@@ -144,6 +144,9 @@ def build_policy(args: argparse.Namespace) -> tuple[str, int, float]:
         "-S", f"sft.base_dir={args.work / 'models/base'}",
         "-S", f"sft.in_dir={data / 'demos'}",
         "-S", f"sft.out_dir={args.work / 'models/sft'}",
+        # the lab's policy is a fixture of its runs, not a run to compare: no MLflow run
+        # (the default store, ./mlflow, is the repository's)
+        "-S", "sft.tracking_dir=null",
     ]  # fmt: skip
     name, code, seconds = _run("policy", [base, sft], args.work / "policy.log")
     return name, code, time.perf_counter() - started
