@@ -540,14 +540,6 @@ def test_weight_penalty_false_takes_the_penalty_as_is_whatever_the_weights():
     assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("name", ESTIMATORS)
-@given(batch=batches())
-def test_default_switches_are_the_unchanged_estimator(name, batch):
-    plain, _ = run(name, batch)
-    explicit, _ = run(name, batch, numerics="float64", singleton="zero", weight_penalty=True)
-    assert torch.equal(plain, explicit)
-
-
 def test_switch_errors_name_the_argument_and_the_allowed_values():
     rewards, masks, groups = _inputs()
     common = dict(rewards=rewards, head_masks=masks, group_index=groups)

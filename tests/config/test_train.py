@@ -59,17 +59,6 @@ def test_unreadable_yaml_is_a_config_error(tmp_path):
         load_section(write(tmp_path, "train: 3"), "train.algorithm", AlgorithmConfig)
 
 
-def test_every_field_is_documented():
-    def walk(model):
-        for name, field in model.model_fields.items():
-            assert field.description, f"{model.__name__}.{name} has no docstring"
-            annotation = field.annotation
-            if isinstance(annotation, type) and hasattr(annotation, "model_fields"):
-                walk(annotation)
-
-    walk(AlgorithmConfig)
-
-
 def test_dotted_overrides_apply_before_validation_and_are_named_in_errors(tmp_path):
     from slca.config import parse_override
 

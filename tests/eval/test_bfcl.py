@@ -1,5 +1,4 @@
 import importlib.util
-import inspect
 import json
 import sys
 from collections import defaultdict
@@ -241,7 +240,26 @@ def test_checker_loads_without_model_handlers():
     checker = bfcl._ast_checker()
     assert "bfcl_eval.constants.model_config" not in sys.modules
     assert not any(m.startswith("bfcl_eval.model_handler") for m in sys.modules)
-    # The stub stands in for the real config only where the checker reads it.
-    source = inspect.getsource(checker)
-    assert source.count("MODEL_CONFIG_MAPPING") == 2
-    assert "MODEL_CONFIG_MAPPING[model_name_escaped].underscore_to_dot" in source
+    # The stub answers where the checker reads the model's config: a dotted function name
+    # is kept as the policy wrote it (underscore_to_dot off) and judged on its arguments.
+    docs = [
+        {
+            "name": "math.factorial",
+            "description": "n!",
+            "parameters": {
+                "type": "dict",
+                "properties": {"number": {"type": "integer", "description": "n"}},
+                "required": ["number"],
+            },
+        }
+    ]
+    answer = [{"math.factorial": {"number": [5]}}]
+    python = checker.Language.PYTHON
+
+    def verdict(output):
+        return checker.ast_checker(docs, output, answer, python, "simple_python", bfcl._MODEL)
+
+    assert verdict([{"math.factorial": {"number": 5}}])["valid"]
+    assert not verdict([{"math.factorial": {"number": 6}}])["valid"]
+    assert not verdict([{"math_factorial": {"number": 5}}])["valid"]
+    assert not any(m.startswith("bfcl_eval.model_handler") for m in sys.modules)
