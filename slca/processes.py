@@ -143,3 +143,21 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def stopped_from_outside(exc: BaseException | None) -> bool:
+    """Whether ``exc`` ends a run stopped from outside rather than by an error.
+
+    A ``BaseException`` that is no ``Exception`` (Ctrl-C, SIGTERM under
+    :func:`slca.processes.end_like_ctrl_c`, Prefect's ``TerminationSignal``) is a stop;
+    so is an error raised while one was being handled: Prefect 3.7 turns a SIGTERM that
+    lands while a task run is being created into ``ValueError('Task run is not set')``,
+    with the ``TerminationSignal`` as its context.
+    """
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if not isinstance(exc, Exception):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False

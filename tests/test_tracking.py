@@ -220,6 +220,36 @@ def test_a_stop_from_outside_ends_the_run_killed_and_an_error_failed(
     assert run.info.status == status and run.info.end_time is not None
 
 
+def _error_while_stopping():
+    """What Prefect 3.7 raises when a SIGTERM lands while a task run is being created."""
+    try:
+        raise _TerminationSignal()
+    except _TerminationSignal:
+        raise ValueError("Task run is not set")  # noqa: B904 (raised as Prefect does)
+
+
+def _error_after_a_handled_stop():
+    try:
+        raise _TerminationSignal()
+    except _TerminationSignal:
+        pass
+    raise ValueError("a real error, later")
+
+
+@pytest.mark.parametrize(
+    "raise_it, status", [(_error_while_stopping, "KILLED"), (_error_after_a_handled_stop, "FAILED")]
+)
+def test_an_error_raised_while_a_stop_is_handled_still_ends_the_run_killed(
+    store, experiment, raise_it, status
+):
+    with pytest.raises(ValueError):
+        with Tracker(store, experiment=experiment) as tracker:
+            tracker.start(run_name="stopped")
+            run_id = tracker.run_id
+            raise_it()
+    assert MlflowClient(tracking_uri=sqlite_uri(store)).get_run(run_id).info.status == status
+
+
 def test_resume_continues_the_same_run_and_logs_nothing_twice(store, experiment):
     config = {"train": {"steps": 8, "seed": 1}}
     with pytest.raises(RuntimeError, match="killed"):  # the first process dies at step 5

@@ -20,6 +20,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from slca.locks import ExclusiveLock
+from slca.processes import stopped_from_outside
 from slca.tracking.figures import write_histograms
 from slca.tracking.params import param_value, plain, run_params
 from slca.tracking.params import step_number as _step
@@ -116,10 +117,8 @@ class Tracker:
             return
         if exc_type is None:
             self.end("FINISHED")
-        elif not issubclass(exc_type, Exception):  # KeyboardInterrupt, TerminationSignal
-            self.end("KILLED")
         else:
-            self.end("FAILED")
+            self.end("KILLED" if stopped_from_outside(exc) else "FAILED")
 
     def ensure_experiment(self) -> str:
         """The id of this tracker's experiment, created (with the store's artifact
