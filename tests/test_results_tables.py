@@ -31,6 +31,13 @@ def results(tmp_path):
         shutil.copy(ROOT / "docs/results" / report / "summary.json", out / report)
     (out / "bandit").mkdir()
     shutil.copy(ROOT / "docs/results/bandit/bandit.json", out / "bandit")
+    for report in (
+        "gpu-check/h200-2026-12-04.json",
+        "gpu-credit/h200-2026-12-04-credit.json",
+        "gpu-credit/h200-2026-12-04-headroom.json",
+    ):
+        (out / report).parent.mkdir(exist_ok=True)
+        shutil.copy(ROOT / "docs/results" / report, out / report)
     return out
 
 
@@ -83,8 +90,9 @@ def test_a_changed_lab_median_changes_ratio_and_bold(tables, results):
 
 def test_a_changed_value_makes_check_fail_naming_page_and_block(tables, results, tmp_path, capsys):
     root = tmp_path / "repo"
-    (root / "docs").mkdir(parents=True)
+    (root / "docs/benchmarks").mkdir(parents=True)
     shutil.copy(ROOT / "docs/results.md", root / "docs/results.md")
+    shutil.copy(ROOT / "docs/benchmarks/gpu-check.md", root / "docs/benchmarks/gpu-check.md")
     edit(
         results / "credit-v3-l3/summary.json",
         lambda d: d["slca"]["paired"]["vs_grpo"]["success_points"].update(mean=3.0, low=0.4),
@@ -128,3 +136,70 @@ def test_a_page_without_its_markers_is_an_error(tables, tmp_path):
     (root / "docs/results.md").write_text("# Results\n")
     with pytest.raises(tables.ReportError, match="docs/results.md: no block credit-rl-vs-sft"):
         tables.apply(root=root, results=ROOT / "docs/results", check=True)
+
+
+def test_the_gpu_blocks_keep_the_pages_format(tables):
+    runs = tables.render_gpu_runs(ROOT / "docs/results")
+    assert "10 parts ok, 2 skipped (vLLM not importable), 399 s; Success@0.9 SFT 0.60" in runs
+    assert "steps 12–14 of 16 reached, no test evaluation; held-out SLCA − GRPO 0.000" in runs
+    assert "sampled pass@1 0.573, best of 4 0.791 (Success@0.9)" in runs
+    parts = tables.render_gpu_check(ROOT / "docs/results")
+    assert "| base model (GGUF → HF, 134.5 M parameters) | 30.9 | – | |" in parts
+    assert "MFU 2.3 % of the update, 0.19 % of the step |" in parts
+    assert "| 5.8 / 5.5 / 8.7 | 3.3 / 3.6 | Success@0.9 0.60 / 0.70 / 0.80;" in parts
+
+
+def test_a_changed_gpu_report_value_changes_the_blocks(tables, results):
+    check = results / "gpu-check/h200-2026-12-04.json"
+    edit(check, lambda d: d["parts"]["train/grpo/hf"].update(step_s=15.0, peak_gpu_memory_gib=9.0))
+    edit(check, lambda d: d["parts"]["eval/slca-hf"]["metrics"].update({"in_domain/value": 0.75}))
+    parts = tables.render_gpu_check(results)
+    assert "| 9.0 / 22.5 | step 15.00 s: rollout 12.67," in parts
+    assert "value accuracy 0.85 / 0.85 / 0.75 |" in parts
+    edit(
+        check,
+        lambda d: d["parts"]["eval/sft"]["metrics"].update({"in_domain/success_at_0.9": 0.55}),
+    )
+    assert "Success@0.9 SFT 0.55, GRPO 0.70" in tables.render_gpu_runs(results)
+    edit(
+        results / "gpu-credit/h200-2026-12-04-credit.json",
+        lambda d: d["comparison"]["curves"]["slca"][-1].update(mean=0.8),
+    )
+    edit(
+        results / "gpu-credit/h200-2026-12-04-headroom.json",
+        lambda d: d["val"]["parts"]["success"].update(pass1=0.6),
+    )
+    runs = tables.render_gpu_runs(results)
+    assert "held-out SLCA − GRPO +0.014" in runs
+    assert "sampled pass@1 0.600, best of 4" in runs
+
+
+def test_a_changed_gpu_check_makes_check_fail_naming_the_benchmark_page(tables, results, tmp_path):
+    root = tmp_path / "repo"
+    (root / "docs/benchmarks").mkdir(parents=True)
+    shutil.copy(ROOT / "docs/results.md", root / "docs/results.md")
+    shutil.copy(ROOT / "docs/benchmarks/gpu-check.md", root / "docs/benchmarks/gpu-check.md")
+    edit(
+        results / "gpu-check/h200-2026-12-04.json",
+        lambda d: d["summary"].update(wall_s=420.2, failed=1),
+    )
+    differ = tables.apply(root=root, results=results, check=True)
+    assert differ == [
+        "docs/results.md: gpu-runs",
+        "docs/benchmarks/gpu-check.md: gpu-check-summary",
+    ]
+    tables.apply(root=root, results=results)
+    text = (root / "docs/benchmarks/gpu-check.md").read_text()
+    assert "1 failed; 420 s in all." in text
+    assert tables.apply(root=root, results=results, check=True) == []
+
+
+def test_a_missing_gpu_key_names_the_file_and_the_key(tables, results):
+    edit(
+        results / "gpu-check/h200-2026-12-04.json", lambda d: d["parts"]["sft"].pop("tokens_per_s")
+    )
+    with pytest.raises(
+        tables.ReportError,
+        match=r"docs/results/gpu-check/h200-2026-12-04\.json: no key parts/sft/tokens_per_s",
+    ):
+        tables.render_gpu_check(results)

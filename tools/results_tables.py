@@ -92,7 +92,7 @@ def value_range(values: list[float], digits: int = 2) -> str:
 def table(header: list[str], rows: list[list[str]], align: list[str] | None = None) -> str:
     lines = ["| " + " | ".join(header) + " |"]
     lines.append("|" + "|".join(align or ["---"] * len(header)) + "|")
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    lines += [("| " + " | ".join(row) + " |").replace("|  |", "| |") for row in rows]
     return "\n".join(lines)
 
 
@@ -427,6 +427,219 @@ def render_lab(results: Path) -> str:
     return table(header, rows)
 
 
+# --- the GPU runs: the GPU check and the credit comparison on SmolLM2 -------------------------
+
+GPU_CHECK = "gpu-check/h200-2026-12-04.json"
+GPU_CREDIT = "gpu-credit/h200-2026-12-04-credit.json"
+GPU_HEADROOM = "gpu-credit/h200-2026-12-04-headroom.json"
+# The evaluation parts of the GPU check, in the pages' order SFT / GRPO / SLCA.
+GPU_EVALS = (("SFT", "eval/sft"), ("GRPO", "eval/grpo-hf"), ("SLCA", "eval/slca-hf"))
+
+
+def thousands(x: float) -> str:
+    return f"{x:,.0f}"
+
+
+def sci(x: float) -> str:
+    """1e-06 as the pages write it: 1e-6."""
+    mantissa, exp = f"{x:.0e}".split("e")
+    return f"{mantissa}e{int(exp)}"
+
+
+def unsigned_diff(x: float, digits: int) -> str:
+    """0.000 for a zero difference (no sign), −0.012 / +0.012 otherwise."""
+    text = f"{x:.{digits}f}"
+    if float(text) == 0:
+        return f"{0:.{digits}f}"
+    return signed(x, digits)
+
+
+def gpu_check_summary(d: dict, rel: str) -> str:
+    ok, skipped = key(d, rel, "summary", "ok"), key(d, rel, "summary", "skipped")
+    return f"{ok} parts ok, {skipped} skipped (vLLM not importable)"
+
+
+def render_gpu_runs(results: Path) -> str:
+    rel = GPU_CHECK
+    d = load(results, rel)
+    parts = key(d, rel, "parts")
+    tasks = {key(parts, rel, name, "tasks") for _, name in GPU_EVALS}
+    if len(tasks) != 1:
+        raise ReportError(f"{RESULTS}/{rel}: the evaluation parts differ in tasks")
+    success = ", ".join(
+        f"{arm} {key(parts, rel, name, 'metrics', 'in_domain/success_at_0.9'):.2f}"
+        for arm, name in GPU_EVALS
+    )
+    rl = "train/slca/hf"
+    check = (
+        f"{gpu_check_summary(d, rel)}, {key(d, rel, 'summary', 'wall_s'):.0f} s; "
+        f"Success@0.9 {success} after {key(parts, rel, rl, 'steps')} steps at lr "
+        f"{sci(key(parts, rel, rl, 'final_metrics', 'actor/lr'))} "
+        "(a check of the path, not a comparison)"
+    )
+
+    rel_c = GPU_CREDIT
+    c = load(results, rel_c)
+    runs = key(c, rel_c, "comparison", "runs")
+    reached = [key(runs, rel_c, run, "curve", -1, "step") for run in sorted(runs)]
+    seeds = sorted({run.rsplit("-s", 1)[1] for run in runs})
+    curves = key(c, rel_c, "comparison", "curves")
+    held_out = key(curves, rel_c, "slca", -1, "mean") - key(curves, rel_c, "grpo", -1, "mean")
+    credit = (
+        f"steps {min(reached)}{DASH}{max(reached)} of {key(c, rel_c, 'settings', 'steps')} "
+        f"reached, no test evaluation; held-out SLCA − GRPO {unsigned_diff(held_out, 3)}"
+    )
+
+    rel_h = GPU_HEADROOM
+    h = load(results, rel_h)
+    val = ("val", "parts", "success")
+    headroom = (
+        f"sampled pass@1 {key(h, rel_h, *val, 'pass1'):.3f}, best of "
+        f"{key(h, rel_h, 'val', 'group_size')} {key(h, rel_h, *val, 'passG'):.3f} (Success@0.9)"
+    )
+    rows = [
+        [
+            "the GPU check (`make gpu-check`): SmolLM2 SFT, GRPO and SLCA on the HF engine in "
+            "bf16, SLCA on DeepSpeed ZeRO-2 (FusedAdam JIT-built), evaluation",
+            "`95806de`",
+            "0",
+            f"{tasks.pop()} synth test",
+            check,
+            f"{report_link(rel)}, [benchmark](benchmarks/gpu-check.md)".replace(
+                f"[`{rel}`]", f"[`{Path(rel).name}`]"
+            ),
+        ],
+        [
+            "the credit comparison on SmolLM2 (`make gpu-credit`), ten runs sharing the GPU",
+            "`45bfdb3`",
+            seed_range(seeds),
+            "86 val",
+            credit,
+            report_link(rel_c).replace(f"[`{rel_c}`]", f"[`{Path(rel_c).name}`]"),
+        ],
+        [
+            "headroom of SmolLM2's SFT policy",
+            "`45bfdb3`",
+            "0",
+            f"{key(h, rel_h, 'val', 'tasks')} val",
+            headroom,
+            report_link(rel_h).replace(f"[`{rel_h}`]", f"[`{Path(rel_h).name}`]"),
+        ],
+    ]
+    return table(["what", "commit", "seeds", "tasks", "result", "raw report"], rows)
+
+
+# Rows of the GPU check's table (docs/benchmarks/gpu-check.md): the part(s) a row reads and
+# the template of its figures cell; the fields are formatted from the part's keys below.
+GPU_CHECK_ROWS = [
+    {"label": "base model (GGUF → HF, {parameters} parameters)", "part": "base_model"},
+    {
+        "label": "SFT, {examples} examples, {steps} steps of 8",
+        "part": "sft",
+        "figures": "{s_per_step} s/step, {tokens_per_s} tokens/s; loss {first_loss} → {last_loss}",
+    },
+    {
+        "label": "GRPO, HF engine, {steps} steps",
+        "part": "train/grpo/hf",
+        "figures": "step {step_s} s: rollout {rollout_s}, update {update_s}, scoring and the "
+        "rest {score_and_other_s}; {tokens_per_s} batch tokens/s, {generated_tokens_per_s} "
+        "generated tokens/s; MFU {mfu_update} % of the update, {mfu_step} % of the step",
+    },
+    {
+        "label": "SLCA, HF engine, {steps} steps",
+        "part": "train/slca/hf",
+        "figures": "step {step_s} s: rollout {rollout_s}, update {update_s}, rest "
+        "{score_and_other_s}; {tokens_per_s} batch tokens/s, {generated_tokens_per_s} "
+        "generated tokens/s; MFU {mfu_update} % / {mfu_step} %",
+    },
+    {
+        "label": "SLCA, DeepSpeed ZeRO-2, {steps} steps",
+        "part": "train/slca/deepspeed-zero2",
+        "figures": "step {step_s} s: rollout {rollout_s}, update {update_s}; FusedAdam's JIT "
+        "build inside the wall time",
+    },
+]
+GPU_CHECK_FORMATS: dict[str, Callable[[Any], str]] = {
+    "parameters": lambda x: f"{x / 1e6:.1f} M",
+    "examples": str,
+    "steps": str,
+    "s_per_step": lambda x: f"{x:.2f}",
+    "tokens_per_s": thousands,
+    "generated_tokens_per_s": thousands,
+    "first_loss": lambda x: f"{x:.3f}",
+    "last_loss": lambda x: f"{x:.3f}",
+    "step_s": lambda x: f"{x:.2f}",
+    "rollout_s": lambda x: f"{x:.2f}",
+    "update_s": lambda x: f"{x:.2f}",
+    "score_and_other_s": lambda x: f"{x:.2f}",
+    "mfu_update": lambda x: f"{100 * x:.1f}",
+    "mfu_step": lambda x: f"{100 * x:.2f}",
+}
+
+
+def fill(template: str, part: dict, rel: str, name: str) -> str:
+    fields = re.findall(r"\{(\w+)\}", template)
+    values = {f: GPU_CHECK_FORMATS[f](key(part, rel, "parts", name, f)) for f in fields}
+    return template.format(**values)
+
+
+def memory(part: dict, rel: str, name: str) -> str:
+    allocated = key(part, rel, "parts", name, "peak_gpu_memory_gib")
+    reserved = key(part, rel, "parts", name, "peak_gpu_reserved_gib")
+    if allocated == 0 and reserved == 0:
+        return DASH
+    return f"{allocated:.1f} / {reserved:.1f}"
+
+
+def render_gpu_check(results: Path) -> str:
+    rel = GPU_CHECK
+    d = load(results, rel)
+    rows = []
+    for spec in GPU_CHECK_ROWS:
+        name = spec["part"]
+        rows.append(
+            [
+                fill(spec["label"], d, rel, name),
+                f"{key(d, rel, 'parts', name, 'wall_s'):.1f}",
+                memory(d, rel, name),
+                fill(spec.get("figures", ""), d, rel, name),
+            ]
+        )
+    evals = [name for _, name in GPU_EVALS]
+    mems = {memory(d, rel, name) for name in evals}
+    if len(mems) != 1:
+        raise ReportError(f"{RESULTS}/{rel}: the evaluation parts differ in peak memory")
+    metric = ("metrics", "in_domain/")
+    per_arm = {
+        m: " / ".join(f"{key(d, rel, 'parts', n, metric[0], metric[1] + m):.2f}" for n in evals)
+        for m in ("success_at_0.9", "value")
+    }
+    rows.append(
+        [
+            f"evaluation, {key(d, rel, 'parts', evals[0], 'tasks')} in-domain test tasks: "
+            + " / ".join(arm for arm, _ in GPU_EVALS),
+            " / ".join(f"{key(d, rel, 'parts', n, 'wall_s'):.1f}" for n in evals),
+            mems.pop(),
+            f"Success@0.9 {per_arm['success_at_0.9']}; value accuracy {per_arm['value']}",
+        ]
+    )
+    header = ["part", "wall s", "peak GPU GiB (allocated / reserved)", "figures"]
+    return table(header, rows, align=["---", "---:", "---:", "---"])
+
+
+def render_gpu_check_summary(results: Path) -> str:
+    d = load(results, GPU_CHECK)
+    failed = key(d, GPU_CHECK, "summary", "failed")
+    wall = key(d, GPU_CHECK, "summary", "wall_s")
+    lr = sci(key(d, GPU_CHECK, "parts", "train/slca/hf", "final_metrics", "actor/lr"))
+    return (
+        f"{gpu_check_summary(d, GPU_CHECK)}, {failed} failed; {wall:.0f} s in all. Report:\n"
+        f"[`{RESULTS}/{GPU_CHECK}`](../results/{GPU_CHECK}).\n"
+        "Every run in bf16 (`engine.bf16: null` resolved it on); RL: 8 tasks × G 4, up to 3 turns\n"
+        f"of 96 new tokens, lr {lr}; step 1 left out of the means."
+    )
+
+
 # --- the blocks and their pages ------------------------------------------------------------
 
 BLOCKS: dict[str, tuple[str, Callable[[Path], str]]] = {
@@ -435,6 +648,9 @@ BLOCKS: dict[str, tuple[str, Callable[[Path], str]]] = {
     "credit-slca-vs-grpo": ("docs/results.md", render_slca_vs_grpo),
     "credit-redundant": ("docs/results.md", render_redundant),
     "credit-lab-steps": ("docs/results.md", render_lab),
+    "gpu-runs": ("docs/results.md", render_gpu_runs),
+    "gpu-check-summary": ("docs/benchmarks/gpu-check.md", render_gpu_check_summary),
+    "gpu-check-parts": ("docs/benchmarks/gpu-check.md", render_gpu_check),
 }
 
 
