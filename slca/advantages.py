@@ -1,17 +1,17 @@
 """Advantage estimators, registered by name (DESIGN §2).
 
-Every estimator is a pure function of the same inputs that z-scores rewards
-inside groups of rollouts of the same prompt and writes the result onto the
+Every estimator is a pure function of one :class:`AdvantageBatch` that z-scores
+rewards inside groups of rollouts of the same prompt and writes the result onto the
 tokens of reward heads::
 
     rewards      head → (B,)   float, one score per rollout and head
     head_masks   head → (B, T) bool, disjoint; union = trained policy tokens
     group_index  (B,)          int, which prompt each rollout belongs to
 
-and returns ``(advantages (B, T) float32, metrics)``: exactly 0 outside the
-head masks, never NaN or inf for finite inputs. The trainer calls
-:func:`compute_advantages` with a configured name; the registry is the only
-dispatch path.
+and returns ``advantages (B, T) float32``: exactly 0 outside the head masks, never NaN
+or inf for finite inputs. The trainer calls :func:`compute_advantages` with a
+configured name (or :func:`estimate_advantages` with a batch); the registry is the
+only dispatch path, and it adds the metrics.
 
 Three switches reproduce the authors' code (the ``reference`` profile) and are each
 usable alone; their defaults are slca's design (docs/decisions.md, "Reference
@@ -30,6 +30,8 @@ profile"):
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Literal, Protocol
 
 import torch
@@ -53,12 +55,14 @@ __all__ = [
     "SINGLETONS",
     "SUMMARY",
     "TOOL",
+    "AdvantageBatch",
     "Estimator",
     "Granularity",
     "Numerics",
     "Singleton",
     "available_estimators",
     "compute_advantages",
+    "estimate_advantages",
     "get_estimator",
     "group_zscore",
     "metric_name",
@@ -69,31 +73,78 @@ __all__ = [
 Granularity = Literal["trajectory", "per_call"]
 
 
+@dataclass(frozen=True, eq=False)
+class AdvantageBatch:
+    """Everything an estimator reads for one step: the rollouts' rewards, masks and
+    groups, and the options that shape the z-score. Checked when built (shapes, dtypes,
+    disjoint masks, finite rewards, known options), so an estimator trusts it.
+
+    Raises:
+        ValueError: wrong shapes or dtypes, overlapping masks, non-finite rewards, an
+            unknown option, or a ``guarded`` the penalty rule cannot apply.
+    """
+
+    rewards: Mapping[str, Tensor]
+    """head → ``(B,)`` finite float scores. Every head of ``head_masks`` needs one;
+    extra heads (e.g. a head routed to no tokens) still enter the combined reward of
+    ``grpo``/``dr_grpo``/``toolpo``."""
+    head_masks: Mapping[str, Tensor]
+    """head → ``(B, T)`` bool, pairwise disjoint."""
+    group_index: Tensor
+    """``(B,)`` integer group id (prompt) of each rollout."""
+    weights: Mapping[str, float] = field(default_factory=dict)
+    """head → weight; a reward head without one gets 1.0. ``grpo`` weighs rewards
+    before normalising; ``slca``/``rltr`` scale each head's advantage after normalising
+    (before, a weight would cancel in the z-score)."""
+    norm_by_std: bool = True
+    """Divide by the group std (+``eps``); False subtracts the mean only."""
+    eps: float = 1e-6
+    """Added to the std."""
+    granularity: Granularity = "trajectory"
+    """``slca`` only: ``"per_call"`` gives each tool call its own advantage from
+    ``call_rewards``; see :func:`slca`."""
+    call_rewards: Tensor | None = None
+    """``(B, K)`` float execution reward of call k of rollout i; NaN where the rollout
+    made no k-th call. ``per_call`` only."""
+    call_index: Tensor | None = None
+    """``(B, T)`` int, the call (0..K-1) each tool-head token belongs to, -1 for tokens
+    tied to no call. ``per_call`` only."""
+    numerics: Numerics = "float64"
+    """``"float64"`` or ``"float32"``; see :func:`group_zscore`."""
+    singleton: Singleton = "zero"
+    """``"zero"`` or ``"raw"``: a group of one rollout in the whole-rollout z-score of
+    ``grpo``/``dr_grpo``/``toolpo``; see :func:`group_zscore`."""
+    weight_penalty: bool = True
+    """``grpo``/``dr_grpo``/``toolpo``: False takes a guarded rollout's
+    ``rewards["summary"]`` (the penalty) as its whole reward, unweighted, as the
+    reference does; True weighs it like any reward."""
+    guarded: Tensor | None = None
+    """``(B,)`` bool, the rollouts the omission guard fired on; None: none."""
+
+    def __post_init__(self) -> None:
+        _check_inputs(self.rewards, self.head_masks, self.group_index)
+        _check_options(self)
+        weights = {head: 1.0 for head in self.rewards}
+        weights.update({head: float(w) for head, w in self.weights.items()})
+        # Read-only views: an estimator cannot change what the next one reads.
+        for name, value in (
+            ("rewards", dict(self.rewards)),
+            ("head_masks", dict(self.head_masks)),
+            ("weights", weights),
+        ):
+            object.__setattr__(self, name, MappingProxyType(value))
+
+
 class Estimator(Protocol):
-    def __call__(
-        self,
-        *,
-        rewards: Mapping[str, Tensor],
-        head_masks: Mapping[str, Tensor],
-        group_index: Tensor,
-        weights: Mapping[str, float],
-        norm_by_std: bool,
-        eps: float,
-        granularity: Granularity,
-        call_rewards: Tensor | None,
-        call_index: Tensor | None,
-        numerics: Numerics,
-        singleton: Singleton,
-        weight_penalty: bool,
-        guarded: Tensor | None,
-    ) -> Tensor: ...
+    def __call__(self, batch: AdvantageBatch, /) -> Tensor: ...
 
 
 _REGISTRY: Registry[Estimator] = Registry("advantage estimator", names=ESTIMATOR_NAMES)
 
 
 def register_advantage(name: str) -> Callable[[Estimator], Estimator]:
-    """Register an estimator under ``name``; a second registration of a name is an error."""
+    """Register an estimator ``(batch: AdvantageBatch) → (B, T)`` under ``name``; a
+    second registration of a name is an error."""
     return _REGISTRY.register(name)
 
 
@@ -122,67 +173,15 @@ def compute_advantages(
     weight_penalty: bool = True,
     guarded: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """Advantages ``(B, T)`` from the estimator registered as ``name``, plus metrics.
-
-    Args:
-        rewards: head → ``(B,)`` finite float scores. Every head of ``head_masks``
-            needs one; extra heads (e.g. a head routed to no tokens) still enter
-            the combined reward of ``grpo``/``dr_grpo``/``toolpo``.
-        head_masks: head → ``(B, T)`` bool, pairwise disjoint.
-        group_index: ``(B,)`` integer group id (prompt) of each rollout.
-        weights: head → weight, default 1.0. ``grpo`` weighs rewards before
-            normalising; ``slca``/``rltr`` scale each head's advantage after
-            normalising (before, a weight would cancel in the z-score).
-        norm_by_std: divide by the group std (+``eps``); False subtracts the mean only.
-        eps: added to the std.
-        granularity: ``slca`` only. ``"per_call"`` gives each tool call its own
-            advantage from ``call_rewards``; see :func:`slca`.
-        call_rewards: ``(B, K)`` float execution reward of call k of rollout i;
-            NaN where the rollout made no k-th call. ``per_call`` only.
-        call_index: ``(B, T)`` int, the call (0..K-1) each tool-head token belongs
-            to, -1 for tokens tied to no call. ``per_call`` only.
-        numerics: ``"float64"`` or ``"float32"``; see :func:`group_zscore`.
-        singleton: ``"zero"`` or ``"raw"``: a group of one rollout in the
-            whole-rollout z-score of ``grpo``/``dr_grpo``/``toolpo``; see :func:`group_zscore`.
-        weight_penalty: ``grpo``/``dr_grpo``/``toolpo``: False takes a guarded
-            rollout's ``rewards["summary"]`` (the penalty) as its whole reward,
-            unweighted, as the reference does; True weighs it like any reward.
-        guarded: ``(B,)`` bool, the rollouts the omission guard fired on; None: none.
-
-    Returns:
-        ``(advantages, metrics)``: float32 ``(B, T)``, and 0-dim tensors keyed
-        ``adv/<head>_mean``, ``adv/<head>_std`` (``summary`` shortened to ``sum``)
-        and ``adv/zero_group_frac`` (share of groups whose every advantage is 0).
-
-    Raises:
-        ValueError: unknown name, wrong shapes or dtypes, overlapping masks,
-            non-finite rewards, or per-call inputs where they do not apply.
-    """
-    estimator = get_estimator(name)
-    _check_inputs(rewards, head_masks, group_index)
-    if granularity not in ("trajectory", "per_call"):
-        raise ValueError(f"granularity must be 'trajectory' or 'per_call', got {granularity!r}")
-    if granularity == "per_call" and name != "slca":
-        raise ValueError(f"granularity='per_call' is defined for 'slca' only, not {name!r}")
-    if numerics not in NUMERICS:
-        raise ValueError(f"numerics must be one of {list(NUMERICS)}, got {numerics!r}")
-    if singleton not in SINGLETONS:
-        raise ValueError(f"singleton must be one of {list(SINGLETONS)}, got {singleton!r}")
-    batch = group_index.shape[0]
-    if guarded is not None and (guarded.dtype != torch.bool or guarded.shape != (batch,)):
-        raise ValueError(
-            f"guarded must be a bool tensor (B,) = ({batch},); "
-            f"got {guarded.dtype} {tuple(guarded.shape)}"
-        )
-    if not weight_penalty and guarded is not None and SUMMARY not in rewards:
-        raise ValueError(f"weight_penalty=False reads the penalty from rewards[{SUMMARY!r}]")
-    resolved = {head: 1.0 for head in rewards}
-    resolved.update({head: float(w) for head, w in (weights or {}).items()})
-    advantages = estimator(
+    """Advantages ``(B, T)`` from the estimator registered as ``name``, plus metrics:
+    :func:`estimate_advantages` of the :class:`AdvantageBatch` whose fields are the
+    keyword arguments (documented there)."""
+    get_estimator(name)  # an unknown name is the first error, whatever the inputs
+    batch = AdvantageBatch(
         rewards=rewards,
         head_masks=head_masks,
         group_index=group_index,
-        weights=resolved,
+        weights=weights or {},
         norm_by_std=norm_by_std,
         eps=eps,
         granularity=granularity,
@@ -193,7 +192,25 @@ def compute_advantages(
         weight_penalty=weight_penalty,
         guarded=guarded,
     )
-    return advantages, _metrics(advantages, head_masks, group_index)
+    return estimate_advantages(name, batch)
+
+
+def estimate_advantages(name: str, batch: AdvantageBatch) -> tuple[Tensor, dict[str, Tensor]]:
+    """Advantages ``(B, T)`` from the estimator registered as ``name``, plus metrics.
+
+    Returns:
+        ``(advantages, metrics)``: float32 ``(B, T)``, and 0-dim tensors keyed
+        ``adv/<head>_mean``, ``adv/<head>_std`` (``summary`` shortened to ``sum``)
+        and ``adv/zero_group_frac`` (share of groups whose every advantage is 0).
+
+    Raises:
+        ValueError: unknown name, or per-call inputs where they do not apply.
+    """
+    estimator = get_estimator(name)
+    if batch.granularity == "per_call" and name != "slca":
+        raise ValueError(f"granularity='per_call' is defined for 'slca' only, not {name!r}")
+    advantages = estimator(batch)
+    return advantages, _metrics(advantages, batch.head_masks, batch.group_index)
 
 
 def _combined_reward(
@@ -216,56 +233,51 @@ def _require_tool_head(name: str, head_masks: Mapping[str, Tensor]) -> Tensor:
     return head_masks[TOOL]
 
 
-@register_advantage("grpo")
-def grpo(
-    *,
-    rewards,
-    head_masks,
-    group_index,
-    weights,
-    norm_by_std,
-    eps,
-    numerics="float64",
-    singleton="zero",
-    weight_penalty=True,
-    guarded=None,
-    **_,
+def _present_zscore(
+    b: AdvantageBatch, scores: Tensor, present: Tensor, group_index: Tensor | None = None
 ) -> Tensor:
+    """:func:`group_zscore` of a segment's reward over the rows that have the segment,
+    with the batch's options (a lone present member gets 0)."""
+    return group_zscore(
+        scores,
+        b.group_index if group_index is None else group_index,
+        present,
+        norm_by_std=b.norm_by_std,
+        eps=b.eps,
+        numerics=b.numerics,
+    )
+
+
+def _outcome(b: AdvantageBatch, norm_by_std: bool) -> Tensor:
+    """GRPO's advantage: the combined reward z-scored over every group member, on every
+    head token. ``(B, T)``."""
+    a = group_zscore(
+        _combined_reward(b.rewards, b.weights, b.weight_penalty, b.guarded),
+        b.group_index,
+        norm_by_std=norm_by_std,
+        eps=b.eps,
+        numerics=b.numerics,
+        singleton=b.singleton,
+    )
+    return onto(a, union_mask(b.head_masks))
+
+
+@register_advantage("grpo")
+def grpo(b: AdvantageBatch) -> Tensor:
     """GRPO: one scalar per rollout, ``R = Σ_h w_h·R_h`` (a guarded rollout's penalty
     as is with ``weight_penalty=False``) z-scored in its group (all members), broadcast
     to every head token. ``(B,)`` rewards → ``(B, T)``."""
-    a = group_zscore(
-        _combined_reward(rewards, weights, weight_penalty, guarded),
-        group_index,
-        norm_by_std=norm_by_std,
-        eps=eps,
-        numerics=numerics,
-        singleton=singleton,
-    )
-    return onto(a, union_mask(head_masks))
+    return _outcome(b, b.norm_by_std)
 
 
 @register_advantage("dr_grpo")
-def dr_grpo(*, norm_by_std, **kwargs) -> Tensor:
+def dr_grpo(b: AdvantageBatch) -> Tensor:
     """Dr.GRPO: GRPO without the std division (``norm_by_std`` is always False)."""
-    return grpo(norm_by_std=False, **kwargs)
+    return _outcome(b, norm_by_std=False)
 
 
 @register_advantage("slca")
-def slca(
-    *,
-    rewards,
-    head_masks,
-    group_index,
-    weights,
-    norm_by_std,
-    eps,
-    granularity="trajectory",
-    call_rewards=None,
-    call_index=None,
-    numerics="float64",
-    **_,
-) -> Tensor:
+def slca(b: AdvantageBatch) -> Tensor:
     """SLCA: per head h, ``Â_h = w_h · z(R_h)`` over the group members in which
     head h has at least one token, written on ``head_masks[h]`` only.
     ``(B,)`` rewards per head → ``(B, T)``.
@@ -276,42 +288,19 @@ def slca(
     with ``call_index == -1`` keep the trajectory-level tool advantage.
     """
     advantages = None
-    for head, mask in head_masks.items():
-        present = rows_with_tokens(mask)
-        a = weights[head] * group_zscore(
-            rewards[head], group_index, present, norm_by_std=norm_by_std, eps=eps, numerics=numerics
-        )
-        if head == TOOL and granularity == "per_call":
-            token_values = _per_call_values(
-                a,
-                mask,
-                group_index,
-                weights[head],
-                norm_by_std,
-                eps,
-                call_rewards,
-                call_index,
-                numerics,
-            )
-            head_adv = torch.where(mask, token_values, 0.0)
+    for head, mask in b.head_masks.items():
+        a = b.weights[head] * _present_zscore(b, b.rewards[head], rows_with_tokens(mask))
+        if head == TOOL and b.granularity == "per_call":
+            head_adv = torch.where(mask, _per_call_values(b, a), 0.0)
         else:
             head_adv = onto(a, mask)
         advantages = head_adv if advantages is None else advantages + head_adv
     return advantages
 
 
-def _per_call_values(
-    trajectory_adv,
-    tool_mask,
-    group_index,
-    weight,
-    norm_by_std,
-    eps,
-    call_rewards,
-    call_index,
-    numerics="float64",
-) -> Tensor:
+def _per_call_values(b: AdvantageBatch, trajectory_adv: Tensor) -> Tensor:
     """``(B, T)`` per-call tool advantages (trajectory value where ``call_index`` is -1)."""
+    tool_mask, call_rewards, call_index = b.head_masks[TOOL], b.call_rewards, b.call_index
     if call_rewards is None or call_index is None:
         raise ValueError("granularity='per_call' needs call_rewards (B, K) and call_index (B, T)")
     batch, n_calls = call_rewards.shape if call_rewards.dim() == 2 else (-1, -1)
@@ -339,61 +328,49 @@ def _per_call_values(
             f"call_rewards[{i}, {k}] is not finite but rollout {i} has tokens for call {k}"
         )
     # Group key (prompt, call index): the k-th calls of a group are compared together.
-    key = group_index.long()[:, None] * n_calls + torch.arange(n_calls, device=group_index.device)
-    per_call = weight * group_zscore(
-        call_rewards.reshape(-1),
-        key.reshape(-1),
-        has_tokens.reshape(-1),
-        norm_by_std=norm_by_std,
-        eps=eps,
-        numerics=numerics,
+    groups = b.group_index.long()
+    key = groups[:, None] * n_calls + torch.arange(n_calls, device=groups.device)
+    per_call = b.weights[TOOL] * _present_zscore(
+        b, call_rewards.reshape(-1), has_tokens.reshape(-1), key.reshape(-1)
     )
-    per_call = per_call.view(batch, n_calls)
-    token_values = per_call.gather(1, on_tool.clamp(min=0))
+    token_values = per_call.view(batch, n_calls).gather(1, on_tool.clamp(min=0))
     return torch.where(on_tool >= 0, token_values, trajectory_adv[:, None])
 
 
 @register_advantage("toolpo")
-def toolpo(*, rewards, head_masks, group_index, norm_by_std, eps, **kwargs) -> Tensor:
+def toolpo(b: AdvantageBatch) -> Tensor:
     """ToolPO (DeepAgent, arXiv 2510.21618): the GRPO advantage of the combined
     reward on every head token, plus the present-only z-score of ``R_tool``
     (unweighted, as in the paper's sum) on tool tokens. ``(B,)`` → ``(B, T)``."""
-    tool_mask = _require_tool_head("toolpo", head_masks)
-    outcome = grpo(
-        rewards=rewards,
-        head_masks=head_masks,
-        group_index=group_index,
-        norm_by_std=norm_by_std,
-        eps=eps,
-        **kwargs,
-    )
-    action = group_zscore(
-        rewards[TOOL],
-        group_index,
-        rows_with_tokens(tool_mask),
-        norm_by_std=norm_by_std,
-        eps=eps,
-        numerics=kwargs.get("numerics", "float64"),
-    )
-    return outcome + onto(action, tool_mask)
+    tool_mask = _require_tool_head("toolpo", b.head_masks)
+    action = _present_zscore(b, b.rewards[TOOL], rows_with_tokens(tool_mask))
+    return _outcome(b, b.norm_by_std) + onto(action, tool_mask)
 
 
 @register_advantage("rltr")
-def rltr(
-    *, rewards, head_masks, group_index, weights, norm_by_std, eps, numerics="float64", **_
-) -> Tensor:
+def rltr(b: AdvantageBatch) -> Tensor:
     """RLTR (arXiv 2508.19598), planner-only credit: ``w_tool · z(R_tool)``
     (present-only) on tool tokens, 0 on every other token. ``(B,)`` → ``(B, T)``."""
-    tool_mask = _require_tool_head("rltr", head_masks)
-    a = weights[TOOL] * group_zscore(
-        rewards[TOOL],
-        group_index,
-        rows_with_tokens(tool_mask),
-        norm_by_std=norm_by_std,
-        eps=eps,
-        numerics=numerics,
-    )
+    tool_mask = _require_tool_head("rltr", b.head_masks)
+    a = b.weights[TOOL] * _present_zscore(b, b.rewards[TOOL], rows_with_tokens(tool_mask))
     return onto(a, tool_mask)
+
+
+def _check_options(b: AdvantageBatch) -> None:
+    if b.granularity not in ("trajectory", "per_call"):
+        raise ValueError(f"granularity must be 'trajectory' or 'per_call', got {b.granularity!r}")
+    if b.numerics not in NUMERICS:
+        raise ValueError(f"numerics must be one of {list(NUMERICS)}, got {b.numerics!r}")
+    if b.singleton not in SINGLETONS:
+        raise ValueError(f"singleton must be one of {list(SINGLETONS)}, got {b.singleton!r}")
+    guarded, batch = b.guarded, b.group_index.shape[0]
+    if guarded is not None and (guarded.dtype != torch.bool or guarded.shape != (batch,)):
+        raise ValueError(
+            f"guarded must be a bool tensor (B,) = ({batch},); "
+            f"got {guarded.dtype} {tuple(guarded.shape)}"
+        )
+    if not b.weight_penalty and guarded is not None and SUMMARY not in b.rewards:
+        raise ValueError(f"weight_penalty=False reads the penalty from rewards[{SUMMARY!r}]")
 
 
 def _check_inputs(

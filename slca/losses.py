@@ -107,22 +107,9 @@ def policy_loss(
         ``ref_logp`` is given), ``actor/ratio_mean``, and with ``clip_ratio_c``
         ``actor/clipfrac_lower`` (share of masked tokens the dual clip bounds).
     """
-    if not (logp.shape == old_logp.shape == advantages.shape == mask.shape):
-        raise ValueError(
-            "logp, old_logp, advantages and mask must share one shape (B, T); got "
-            f"{tuple(logp.shape)}, {tuple(old_logp.shape)}, {tuple(advantages.shape)}, "
-            f"{tuple(mask.shape)}"
-        )
-    if clip_low < 0 or clip_high < 0 or clip_low >= 1:
-        raise ValueError(f"need 0 <= clip_low < 1 and clip_high >= 0; got {clip_low}, {clip_high}")
-    if kl_coef < 0:
-        raise ValueError(f"kl_coef must be >= 0, got {kl_coef}")
-    if clip_ratio_c is not None and not clip_ratio_c > 1:
-        raise ValueError(f"clip_ratio_c must be > 1 (or None: off), got {clip_ratio_c}")
-    if kl_coef > 0 and ref_logp is None:
-        raise ValueError("kl_coef > 0 needs ref_logp")
-    if ref_logp is not None and ref_logp.shape != logp.shape:
-        raise ValueError(f"ref_logp shape {tuple(ref_logp.shape)} != logp {tuple(logp.shape)}")
+    _check_loss_args(
+        logp, old_logp, advantages, mask, ref_logp, clip_low, clip_high, kl_coef, clip_ratio_c
+    )
     mask = mask.bool()
 
     # Masked positions may hold padding garbage; keep them out of exp().
@@ -153,3 +140,33 @@ def policy_loss(
         if kl_coef > 0:
             loss = loss + kl_coef * aggregate(kl, mask, aggregation, norm_length)
     return loss, metrics
+
+
+def _check_loss_args(
+    logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    ref_logp: Tensor | None,
+    clip_low: float,
+    clip_high: float,
+    kl_coef: float,
+    clip_ratio_c: float | None,
+) -> None:
+    """The errors :func:`policy_loss` raises on bad shapes or settings, in its order."""
+    if not (logp.shape == old_logp.shape == advantages.shape == mask.shape):
+        raise ValueError(
+            "logp, old_logp, advantages and mask must share one shape (B, T); got "
+            f"{tuple(logp.shape)}, {tuple(old_logp.shape)}, {tuple(advantages.shape)}, "
+            f"{tuple(mask.shape)}"
+        )
+    if clip_low < 0 or clip_high < 0 or clip_low >= 1:
+        raise ValueError(f"need 0 <= clip_low < 1 and clip_high >= 0; got {clip_low}, {clip_high}")
+    if kl_coef < 0:
+        raise ValueError(f"kl_coef must be >= 0, got {kl_coef}")
+    if clip_ratio_c is not None and not clip_ratio_c > 1:
+        raise ValueError(f"clip_ratio_c must be > 1 (or None: off), got {clip_ratio_c}")
+    if kl_coef > 0 and ref_logp is None:
+        raise ValueError("kl_coef > 0 needs ref_logp")
+    if ref_logp is not None and ref_logp.shape != logp.shape:
+        raise ValueError(f"ref_logp shape {tuple(ref_logp.shape)} != logp {tuple(logp.shape)}")

@@ -1,3 +1,4 @@
+import dataclasses
 import math
 import statistics
 
@@ -7,7 +8,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from slca import advantages as adv_mod
-from slca.advantages import available_estimators, compute_advantages, register_advantage
+from slca.advantages import (
+    AdvantageBatch,
+    available_estimators,
+    compute_advantages,
+    estimate_advantages,
+    register_advantage,
+)
 
 ESTIMATORS = ["grpo", "dr_grpo", "slca", "toolpo", "rltr"]
 EPS = 1e-6
@@ -325,8 +332,8 @@ def test_a_registered_estimator_is_reachable_by_name_only_through_the_registry()
     try:
 
         @register_advantage(name)
-        def constant(*, head_masks, **_):
-            return next(iter(head_masks.values())).float()
+        def constant(batch: AdvantageBatch):
+            return next(iter(batch.head_masks.values())).float()
 
         a, _ = run(
             name, {"kinds": [["tool", None]], "groups": [0], "tool": [1.0], "summary": [0.0]}
@@ -334,6 +341,38 @@ def test_a_registered_estimator_is_reachable_by_name_only_through_the_registry()
         assert a.tolist() == [[1.0, 0.0]]
     finally:
         adv_mod._REGISTRY.unregister(name)
+
+
+def test_an_estimator_reads_one_checked_read_only_batch():
+    """The contract (ADR 0080): an estimator gets one :class:`AdvantageBatch`, checked
+    when built, with every reward head weighted; the batch form and the keyword form
+    dispatch the same way."""
+    rewards, masks, groups = _inputs()
+    batch = AdvantageBatch(
+        rewards=rewards, head_masks=masks, group_index=groups, weights={"tool": 2.0}
+    )
+    assert dict(batch.weights) == {"tool": 2.0, "summary": 1.0}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        batch.eps = 0.1
+    with pytest.raises(TypeError):
+        batch.weights["tool"] = 3.0
+    for name in ESTIMATORS:
+        a, m = estimate_advantages(name, batch)
+        b, n = compute_advantages(
+            name, rewards=rewards, head_masks=masks, group_index=groups, weights={"tool": 2.0}
+        )
+        assert torch.equal(a, b) and m.keys() == n.keys()
+    with pytest.raises(ValueError, match="overlap"):
+        AdvantageBatch(
+            rewards=rewards, head_masks={**masks, "summary": masks["tool"]}, group_index=groups
+        )
+    with pytest.raises(ValueError, match="numerics must be"):
+        AdvantageBatch(rewards=rewards, head_masks=masks, group_index=groups, numerics="float16")
+    per_call = AdvantageBatch(
+        rewards=rewards, head_masks=masks, group_index=groups, granularity="per_call"
+    )
+    with pytest.raises(ValueError, match="for 'slca' only"):
+        estimate_advantages("grpo", per_call)
 
 
 def _inputs():

@@ -167,33 +167,9 @@ def run_suite(
     ``data_docs/`` and each of ``extra_files`` (file name → function writing that path).
     """
     import great_expectations as gx
-    from great_expectations.data_context.types.base import (
-        DataContextConfig,
-        InMemoryStoreBackendDefaults,
-        ProgressBarsConfig,
-    )
 
-    # GE's default ephemeral context draws a tqdm bar per expectation's metrics and logs
-    # the temp directory of a docs site it never builds here: noise in a pipeline's log
-    config = DataContextConfig(
-        store_backend_defaults=InMemoryStoreBackendDefaults(init_temp_docs_sites=False),
-        progress_bars=ProgressBarsConfig(globally=False),
-    )
-    ctx = gx.get_context(mode="ephemeral", project_config=config)
-    docs_dir = None
-    if report_dir is not None:
-        docs_dir = Path(tempfile.mkdtemp(prefix="ge-docs-"))
-        ctx.add_data_docs_site(
-            site_name="local",
-            site_config={
-                "class_name": "SiteBuilder",
-                "store_backend": {
-                    "class_name": "TupleFilesystemStoreBackend",
-                    "base_directory": str(docs_dir),
-                },
-                "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
-            },
-        )
+    docs_dir = None if report_dir is None else Path(tempfile.mkdtemp(prefix="ge-docs-"))
+    ctx = _context(docs_dir)
     suite = gx.ExpectationSuite(name=name)
     for expectation in expectations:
         suite.add_expectation(expectation)
@@ -233,6 +209,37 @@ def run_suite(
                 write(tmp / filename)
         shutil.rmtree(docs_dir, ignore_errors=True)
     return bool(result.success), failures, data
+
+
+def _context(docs_dir: Path | None) -> Any:
+    """A quiet ephemeral GE context; with ``docs_dir``, a Data Docs site built there."""
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import (
+        DataContextConfig,
+        InMemoryStoreBackendDefaults,
+        ProgressBarsConfig,
+    )
+
+    # GE's default ephemeral context draws a tqdm bar per expectation's metrics and logs
+    # the temp directory of a docs site it never builds here: noise in a pipeline's log
+    config = DataContextConfig(
+        store_backend_defaults=InMemoryStoreBackendDefaults(init_temp_docs_sites=False),
+        progress_bars=ProgressBarsConfig(globally=False),
+    )
+    ctx = gx.get_context(mode="ephemeral", project_config=config)
+    if docs_dir is not None:
+        ctx.add_data_docs_site(
+            site_name="local",
+            site_config={
+                "class_name": "SiteBuilder",
+                "store_backend": {
+                    "class_name": "TupleFilesystemStoreBackend",
+                    "base_directory": str(docs_dir),
+                },
+                "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+            },
+        )
+    return ctx
 
 
 def _describe(r: Any, id_column: str, max_examples: int) -> str:
