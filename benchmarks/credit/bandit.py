@@ -28,12 +28,8 @@ from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from slca.advantages import compute_advantages  # noqa: E402
-from slca.eval.lab import censored_median, format_steps, steps_to_threshold  # noqa: E402
+from slca.advantages import compute_advantages
+from slca.eval.lab import censored_median, format_steps, steps_to_threshold
 
 METHODS = ("grpo", "slca")
 SPREADS = (0.5, 1.0, 2.0)

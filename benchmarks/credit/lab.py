@@ -1,7 +1,7 @@
 """The credit lab: GRPO against SLCA where credit is the only difference that matters.
 
-    .venv/bin/python benchmarks/credit/run.py --lab            # docs/results.md's lab figures
-    .venv/bin/python benchmarks/credit/run.py --lab --seeds 0 --spreads 2 --steps 4  # quick
+    .venv/bin/python -m benchmarks.credit.run --lab            # docs/results.md's lab figures
+    .venv/bin/python -m benchmarks.credit.run --lab --seeds 0 --spreads 2 --steps 4  # quick
 
 1. Tasks (slca.data.lab): the request's cue word decides which of two tools is right;
    RL tasks have the cued tool as gold, the SFT demonstrations call each tool for half
@@ -35,6 +35,8 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from benchmarks.credit import run as credit  # its MLflow server the parallel runs log through
 
 REPO = Path(__file__).resolve().parents[2]
 PARAMS = Path(__file__).with_name("lab.yaml")
@@ -98,16 +100,6 @@ def train_command(job: dict, args: argparse.Namespace) -> list[str]:
     return command
 
 
-def _credit_benchmark():
-    """benchmarks/credit/run.py, whose MLflow server the lab's parallel runs log through."""
-    here = str(Path(__file__).parent)
-    if here not in sys.path:
-        sys.path.insert(0, here)
-    import run
-
-    return run
-
-
 def _run(name: str, commands: list[list[str]], log: Path) -> tuple[str, int, float]:
     started = time.perf_counter()
     with log.open("w") as handle:
@@ -115,7 +107,7 @@ def _run(name: str, commands: list[list[str]], log: Path) -> tuple[str, int, flo
             done = subprocess.run(
                 command,
                 cwd=REPO,
-                env=_credit_benchmark().job_env(),
+                env=credit.job_env(),
                 stdout=handle,
                 stderr=subprocess.STDOUT,
             )
@@ -171,7 +163,7 @@ def _run_all(args: argparse.Namespace) -> list[tuple[str, int, float]]:
             return results
     (args.work / "runs").mkdir(parents=True, exist_ok=True)
     prepare_store(args)
-    with _credit_benchmark().tracking_server(args), ThreadPoolExecutor(args.workers) as pool:
+    with credit.tracking_server(args), ThreadPoolExecutor(args.workers) as pool:
         futures = [
             pool.submit(
                 _run,

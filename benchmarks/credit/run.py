@@ -1,11 +1,11 @@
 """The credit benchmark: grpo, slca, toolpo and rltr from one SFT checkpoint, at the
 same rollout budget, over seeds, each evaluated; all runs in one MLflow experiment.
 
-    .venv/bin/python benchmarks/credit/run.py                  # docs/results.md's figures
-    .venv/bin/python benchmarks/credit/run.py --seeds 0 --methods grpo slca --steps 4  # quick
-    .venv/bin/python benchmarks/credit/run.py --methods grpo slca --profiles default reference \
+    .venv/bin/python -m benchmarks.credit.run                  # docs/results.md's figures
+    .venv/bin/python -m benchmarks.credit.run --seeds 0 --methods grpo slca --steps 4  # quick
+    .venv/bin/python -m benchmarks.credit.run --methods grpo slca --profiles default reference \
         --no-ablations                      # both arms under both profiles, one table
-    .venv/bin/python benchmarks/credit/run.py --lab   # the controlled credit lab (lab.py)
+    .venv/bin/python -m benchmarks.credit.run --lab   # the controlled credit lab (lab.py)
 
 Every run is the pipeline's own RL stage and evaluation step, launched as their DVC
 commands (``python -m slca.training.stages train`` / ``python -m slca.eval.stages``)
@@ -363,7 +363,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if "--lab" in argv:  # the controlled credit lab: its own options (lab.py --help)
-        from lab import main as lab_main
+        from benchmarks.credit.lab import main as lab_main
 
         return lab_main([a for a in argv if a != "--lab"])
     args = parse_args(argv)

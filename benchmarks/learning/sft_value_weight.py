@@ -4,7 +4,7 @@
 
 Same data, order, poor summaries, optimizer and steps as ``stages sft`` from BASE_DIR;
 the one change is a per-token weight: the tokens that write a string argument value of
-a gold call (:func:`value_probe.value_tokens`) get W, other assistant tokens 1; loss =
+a gold call (:func:`slca.eval.value_probe.value_tokens`) get W, other assistant tokens 1; loss =
 sum(w * nll) / number of assistant tokens. Not part of the pipeline (docs/results.md,
 "Two training-data changes": measured and rejected).
 """
@@ -12,11 +12,10 @@ sum(w * nll) / number of assistant tokens. Not part of the pipeline (docs/result
 import random
 import sys
 
-from value_probe import value_tokens
-
 from slca.config.loader import load_section
 from slca.config.steps import SFTParams
 from slca.data import io
+from slca.eval.value_probe import value_tokens
 from slca.modeling import load_causal_lm
 from slca.rollout import gold
 from slca.simulator import Simulator

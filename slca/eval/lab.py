@@ -1,5 +1,5 @@
 """Steps to a threshold, and their median over seeds with censored runs: the credit
-lab's figures (``benchmarks/credit/run.py --lab``).
+lab's figures (``python -m benchmarks.credit.run --lab``).
 
 A training curve is ``[(step, value), …]`` (steps from 1). One step's value is a noisy
 estimate (the lab's tool accuracy comes from 32 sampled rollouts), so a curve reaches

@@ -62,3 +62,20 @@ def test_each_train_command_loads_as_a_valid_config(tmp_path, monkeypatch):
         ("grpo", "reference", "reference"),
         ("slca", "reference", "reference"),
     ]
+
+
+def test_the_lab_runs_through_the_documented_module_command():
+    """`python -m benchmarks.credit.run --lab` (docs/how-to/credit-study.md) reaches the
+    lab's own options: the package imports resolve from the repo root, no sys.path edits."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.credit.run", "--lab", "--help"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "--spreads" in done.stdout and "GRPO against SLCA" in done.stdout

@@ -3,19 +3,13 @@ played through the pipeline's estimators, under AdamW and SGD."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import statistics
-from pathlib import Path
 
 import pytest
 
+from benchmarks.credit import bandit
 from slca.eval.lab import steps_to_threshold
-
-REPO = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("bandit", REPO / "benchmarks/credit/bandit.py")
-bandit = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bandit)
 
 
 def steps(method, spread, optimizer, lr, seeds=21, tasks=8):

@@ -5,7 +5,6 @@ report counts censored runs as beyond the budget."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 import torch
 import yaml
 
+from benchmarks.credit import lab
 from slca.advantages import compute_advantages, group_zscore
 from slca.config import load_section, parse_override
 from slca.config.steps import BaseModelParams, SFTParams
@@ -26,16 +26,6 @@ from slca.rollout.types import ExecutedCall, Rollout, Turn
 
 REPO = Path(__file__).resolve().parents[2]
 PARAMS = REPO / "benchmarks/credit/lab.yaml"
-
-
-def _load_benchmark():
-    spec = importlib.util.spec_from_file_location("credit_lab", REPO / "benchmarks/credit/lab.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-lab = _load_benchmark()
 
 
 def _args(tmp_path, **over) -> argparse.Namespace:

@@ -1,0 +1,1 @@
+"""The learning lab (:mod:`.run`) and its probes."""
