@@ -10,7 +10,7 @@ from pydantic import Field
 
 from slca.config.evaluate import EvaluateParams
 from slca.config.train import TrainConfig
-from slca_pipeline.flows.params import DEFAULT_STATE_DIR, read_document, section
+from slca_pipeline.flows.params import DEFAULT_STATE_DIR, load_document, section
 from slca_pipeline.tasks.evaluation import evaluate_task, report_task
 from slca_pipeline.tasks.steps import run_step
 
@@ -48,11 +48,13 @@ def evaluate(
     params_file: Path = Path("params.yaml"),
     overrides: dict[str, Any] | None = None,
     state_dir: Path = DEFAULT_STATE_DIR,
+    document: dict[str, Any] | None = None,
     report_dir: Path = DEFAULT_REPORT_DIR,
 ) -> str:
     """Evaluate each model (``{name: model_dir}``), then write the report of the whole
-    MLflow experiment; returns the report's path."""
-    document = read_document(params_file, overrides)
+    MLflow experiment; returns the report's path. ``document``: the params a parent flow
+    read (:func:`load_document`)."""
+    document = load_document(params_file, overrides, document)
     settings = {name: evaluate_params(document, params_file, d, name) for name, d in models.items()}
     for params in settings.values():
         run_step(evaluate_task, params, state_dir)

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from slca.advantages import available_estimators
 from slca.config import SECTIONS, ConfigError, parse_section, read_params
 
-__all__ = ["SECTIONS", "read_document", "section"]
+__all__ = ["SECTIONS", "load_document", "read_document", "section"]
 #: Where Prefect keeps the steps' cache records unless a flow is told otherwise
 #: (slca_pipeline/tasks/steps.py).
 DEFAULT_STATE_DIR = Path(".slca/flows")
@@ -25,6 +25,21 @@ def read_document(params_file: str | Path, overrides: dict[str, Any] | None) -> 
     if not path.is_file():
         raise ConfigError(f"params_file: {path} is not a file")
     return read_params(path, overrides)  # refuses unknown sections, duplicate keys
+
+
+def load_document(
+    params_file: str | Path, overrides: dict[str, Any] | None, document: dict[str, Any] | None
+) -> dict[str, Any]:
+    """A subflow's params: the ``document`` its parent flow read (``overrides`` already
+    applied), else ``params_file`` read now. The pipeline reads the file once and hands
+    every subflow the document, so all its steps run on one reading of it (ADR 0081)."""
+    if document is None:
+        return read_document(params_file, overrides)
+    if overrides:
+        raise ConfigError(
+            "overrides: apply them when the document is read, not again to a read document"
+        )
+    return document
 
 
 def section(

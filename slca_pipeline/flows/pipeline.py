@@ -13,7 +13,7 @@ from prefect import flow
 from pydantic import Field
 
 from slca.config.data import PrepareParams, ValidateParams
-from slca.config.steps import BaseModelParams, SFTParams
+from slca.config.steps import BaseModelParams
 from slca.generation.vllm_engine import check_engine
 from slca.simulator.check import check_params
 from slca_pipeline.flows.data import data
@@ -37,14 +37,14 @@ def pipeline(
     configuration's checkpoints and output (else such a run is refused).
 
     Every section is validated before the first step runs, so a bad RL setting fails in
-    seconds, not after data preparation and SFT.
+    seconds, not after data preparation and SFT. ``params_file`` is read once, here: the
+    subflows run on that document (ADR 0081).
     """
-    document = read_document(params_file, overrides)
+    document = read_document(params_file, overrides)  # the one reading of the file
     for name, model in (
         ("prepare", PrepareParams),
         ("validate", ValidateParams),
         ("base_model", BaseModelParams),
-        ("sft", SFTParams),
     ):
         section(document, name, model, params_file)
     check_params(document, params_file)  # the check validates training's simulator backend
@@ -55,7 +55,8 @@ def pipeline(
         rollout = config.rollout
         check_engine(rollout.engine, rollout.vllm, setting="train.rollout.engine")
     check_engine(evaluation.engine, evaluation.vllm, setting="evaluate.engine")
-    shared = {"params_file": params_file, "overrides": overrides, "state_dir": state_dir}
+    # every subflow gets the document read above (overrides applied), not the file again
+    shared = {"params_file": params_file, "state_dir": state_dir, "document": document}
     data(**shared)
     simulator_check(**shared)
     sft(**shared)

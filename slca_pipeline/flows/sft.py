@@ -8,7 +8,7 @@ from typing import Any
 from prefect import flow
 
 from slca.config.steps import BaseModelParams, SFTParams
-from slca_pipeline.flows.params import DEFAULT_STATE_DIR, read_document, section
+from slca_pipeline.flows.params import DEFAULT_STATE_DIR, load_document, section
 from slca_pipeline.tasks.steps import run_step
 from slca_pipeline.tasks.training import base_model_task, sft_task
 
@@ -31,9 +31,11 @@ def sft(
     params_file: Path = Path("params.yaml"),
     overrides: dict[str, Any] | None = None,
     state_dir: Path = DEFAULT_STATE_DIR,
+    document: dict[str, Any] | None = None,
 ) -> dict[str, float]:
-    """base_model → sft, from those sections of ``params_file``; returns the SFT losses."""
-    document = read_document(params_file, overrides)
+    """base_model → sft, from those sections of ``params_file`` (or of ``document``, the
+    params a parent flow read: :func:`load_document`); returns the SFT losses."""
+    document = load_document(params_file, overrides, document)
     base = section(document, "base_model", BaseModelParams, params_file)
     sft_params = sft_section(document, params_file)
     run_step(base_model_task, base, state_dir)

@@ -10,7 +10,8 @@ from prefect import flow
 
 from slca.config.data import ValidateParams
 from slca.config.train import TrainConfig
-from slca_pipeline.flows.params import DEFAULT_STATE_DIR, Estimator, read_document, section
+from slca_pipeline.flows.params import DEFAULT_STATE_DIR, Estimator, load_document, section
+from slca_pipeline.tasks.artifacts import publish_training_run
 from slca_pipeline.tasks.data import validate_task
 from slca_pipeline.tasks.steps import run_step
 from slca_pipeline.tasks.training import train_task
@@ -42,16 +43,20 @@ def train(
     params_file: Path = Path("params.yaml"),
     overrides: dict[str, Any] | None = None,
     state_dir: Path = DEFAULT_STATE_DIR,
+    document: dict[str, Any] | None = None,
     estimator: Estimator | None = None,
     overwrite: bool = False,
 ) -> str:
     """The ``train`` section of ``params_file`` (optionally for one ``estimator``) after
     the task data passed validation; returns the MLflow run id. ``overwrite`` lets the
-    run replace another configuration's checkpoints and output."""
-    document = read_document(params_file, overrides)
+    run replace another configuration's checkpoints and output; ``document``: the params
+    a parent flow read (:func:`load_document`)."""
+    document = load_document(params_file, overrides, document)
     config = train_config(document, params_file, estimator)
     run_step(validate_task, section(document, "validate", ValidateParams, params_file), state_dir)
-    return run_step(train_task, config, state_dir, overwrite=overwrite)
+    run_id = run_step(train_task, config, state_dir, overwrite=overwrite)
+    publish_training_run(config.estimator, run_id, config.tracking_dir)
+    return run_id
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ from typing import Any
 
 from slca.config.data import PrepareParams, ValidateParams
 from slca.data.prepare import DISTRIBUTIONS, prepare
-from slca.data.validate import validate_dir
+from slca.data.validate import load_frame, run_suite
+from slca_pipeline.tasks.artifacts import publish_validation
 from slca_pipeline.tasks.steps import Step, as_paths, step_task
 
 
@@ -43,10 +44,14 @@ def validate_step(params: ValidateParams) -> Step:
 
 @step_task(validate_step, name="validate")
 def validate_task(params: ValidateParams) -> list[str]:
-    """Run the data expectations; raises :class:`ValidationFailed` when any fails."""
-    ok, failures = validate_dir(
-        params.in_dir, params.report_dir, params.max_examples, params.min_rows
+    """Run the data expectations and publish them as the ``slca-validation`` table;
+    raises :class:`ValidationFailed` when any fails (after publishing, so the failed
+    run's page shows which)."""
+    # slca.data.validate.validate_dir's two calls: the suite's full result is the table
+    ok, failures, result = run_suite(
+        load_frame(params.in_dir), params.report_dir, params.max_examples, min_rows=params.min_rows
     )
+    publish_validation(result, params.in_dir, params.report_dir)
     if not ok:
         raise ValidationFailed("task data failed validation:\n  " + "\n  ".join(failures))
     return failures

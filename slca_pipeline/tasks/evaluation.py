@@ -10,6 +10,7 @@ from prefect.cache_policies import NO_CACHE
 from slca.config.evaluate import EvaluateParams
 from slca.eval.report import report
 from slca.eval.stages import evaluate, tqdm_progress
+from slca_pipeline.tasks.artifacts import publish_comparison
 from slca_pipeline.tasks.steps import Step, as_paths, step_task
 
 
@@ -31,7 +32,9 @@ def evaluate_task(params: EvaluateParams) -> dict[str, float]:
 # Not a cached step: it reads every finished run of the experiment, which no key covers.
 @task(name="report", cache_policy=NO_CACHE)
 def report_task(tracking_dir: str, experiment: str, out_dir: str) -> str:
-    """The comparison of every finished run of ``experiment``; returns report.md's path."""
+    """The comparison of every finished run of ``experiment``, also published as the
+    ``slca-comparison`` markdown artifact; returns report.md's path."""
     path = report(tracking_dir, experiment, out_dir)
     get_run_logger().info(f"report: {path}")
+    publish_comparison(path, tracking_dir)
     return str(Path(path))

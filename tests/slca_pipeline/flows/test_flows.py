@@ -6,9 +6,11 @@ from its checkpoint (same MLflow run) and finish the second one; a third run ski
 """
 
 import json
+from pathlib import Path
 
 import pytest
 
+import slca.config.loader
 import slca.training.rl
 import slca_pipeline.tasks.data
 import slca_pipeline.tasks.training
@@ -34,12 +36,21 @@ class Calls:
         self.counts = {}
         for module, name in (
             (slca_pipeline.tasks.data, "prepare"),
-            (slca_pipeline.tasks.data, "validate_dir"),
+            (slca_pipeline.tasks.data, "run_suite"),
             (slca_pipeline.tasks.training, "build_base_model"),
             (slca_pipeline.tasks.training, "run_sft"),
             (slca_pipeline.tasks.training, "training_session"),
         ):
             self._spy(monkeypatch, module, name)
+        # every params file a flow reads, by the one function that opens and parses it
+        self.reads = []
+        real_read = slca.config.loader._sections
+
+        def read(path, *args, **kwargs):
+            self.reads.append(Path(path).resolve())
+            return real_read(path, *args, **kwargs)
+
+        monkeypatch.setattr(slca.config.loader, "_sections", read)
 
     def _spy(self, monkeypatch, module, name):
         real = getattr(module, name)
@@ -75,6 +86,7 @@ def runs(prefect_harness, tmp_path_factory, write_tiny_params):
         failed = pipeline(params_file=params, state_dir=state, return_state=True)
         out["failed"] = failed
         out["failed_calls"] = dict(calls.counts)
+        out["failed_reads"] = calls.reads.count(params.resolve())
     out["after_failure"] = snapshot(root)
     out["checkpoints_after_failure"] = sorted(p.name for p in (root / "ckpt/grpo").glob("step_*"))
 
@@ -82,13 +94,25 @@ def runs(prefect_harness, tmp_path_factory, write_tiny_params):
         calls = Calls(mp)
         out["resumed"] = pipeline(params_file=params, state_dir=state)
         out["resumed_calls"] = dict(calls.counts)
+        out["resumed_reads"] = calls.reads.count(params.resolve())
     out["after_resume"] = snapshot(root)
 
     with MonkeyPatch.context() as mp:
         calls = Calls(mp)
         out["again"] = pipeline(params_file=params, state_dir=state)
         out["again_calls"] = dict(calls.counts)
+        out["again_reads"] = calls.reads.count(params.resolve())
+    out["artifacts"] = latest_artifacts(
+        "slca-validation", "slca-comparison", "slca-train-grpo", "slca-train-slca"
+    )
     return out
+
+
+def latest_artifacts(*keys):
+    """The newest Prefect artifact under each key, read back from the test server."""
+    from prefect.artifacts import Artifact
+
+    return {key: Artifact.get(key) for key in keys}
 
 
 def test_a_failing_task_fails_the_flow_and_keeps_earlier_outputs(runs):
@@ -97,7 +121,7 @@ def test_a_failing_task_fails_the_flow_and_keeps_earlier_outputs(runs):
     # every step before the RL run ran once and completed; the RL run stopped after cycle 1
     assert runs["failed_calls"] == {
         "prepare": 1,
-        "validate_dir": 1,
+        "run_suite": 1,
         "build_base_model": 1,
         "run_sft": 1,
         "training_session": 1,
@@ -129,6 +153,46 @@ def test_rerun_skips_completed_steps_and_resumes_the_rl_run(runs):
 def test_a_third_run_skips_every_step_and_returns_the_same_runs(runs):
     assert runs["again_calls"] == {}
     assert runs["again"] == runs["resumed"]
+
+
+def test_a_pipeline_run_reads_the_params_file_once(runs):
+    # the pipeline reads it and validates every section; its subflows run on that document
+    assert (runs["failed_reads"], runs["resumed_reads"], runs["again_reads"]) == (1, 1, 1)
+
+
+def test_the_pipeline_publishes_validation_training_runs_and_the_comparison(runs):
+    root, artifacts = runs["root"], runs["artifacts"]
+    client = mlflow.tracking.MlflowClient(f"sqlite:///{root / 'mlflow/mlflow.db'}")
+
+    def page(run_id):  # as `slca ui` serves the store
+        experiment = client.get_run(run_id).info.experiment_id
+        return f"http://127.0.0.1:5000/#/experiments/{experiment}/runs/{run_id}"
+
+    validation = artifacts["slca-validation"]
+    assert validation.type == "table"
+    rows = json.loads(validation.data)
+    assert len(rows) > 10 and {r["result"] for r in rows} == {"pass"}
+    assert {"expectation": "expect_column_values_to_be_unique", "on": "id"}.items() <= next(
+        r for r in rows if r["expectation"] == "expect_column_values_to_be_unique"
+    ).items()
+    assert f"{len(rows)} of {len(rows)} expectations met" in validation.description
+
+    for estimator in ("grpo", "slca"):
+        run_id = runs["resumed"][estimator]
+        link = artifacts[f"slca-train-{estimator}"]  # Prefect keeps a link as markdown
+        assert link.data == f"[MLflow run {run_id} ({estimator})]({page(run_id)})"
+
+    comparison = artifacts["slca-comparison"]
+    assert comparison.type == "markdown"
+    text = comparison.data
+    assert text.startswith("# slca: experiment 'slca'")
+    for arm in ("| sft |", "| grpo |", "| slca |"):
+        assert arm in text
+    for estimator in ("grpo", "slca"):
+        run_id = runs["resumed"][estimator]
+        assert f"- {estimator}: [{run_id}]({page(run_id)})" in text
+    assert f"slca ui --tracking-dir {(root / 'mlflow').resolve()}" in text
+    assert "![" not in text  # the figures stay in the report's directory
 
 
 def test_an_invalid_params_file_fails_before_any_work(prefect_harness, tmp_path, write_tiny_params):
