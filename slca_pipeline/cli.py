@@ -340,7 +340,10 @@ def eval_(
     set_: Overrides = None,
     model: Annotated[
         list[str] | None,
-        typer.Option(help="NAME=DIR of a model to evaluate (repeatable); default: sft=models/sft"),
+        typer.Option(
+            help="NAME=DIR of a model to evaluate (repeatable), or NAME=models:/<registered "
+            "model>@<alias> (or /<version>) for a registered version; default: sft=models/sft"
+        ),
     ] = None,
     preset: Preset = None,
 ) -> None:
@@ -354,11 +357,17 @@ def eval_(
             name, sep, directory = item.partition("=")
             if not sep or not name or not directory:
                 raise ValueError(f"--model {item!r}: expected NAME=DIR (e.g. sft=models/sft)")
-            models[name] = Path(directory)
+            models[name] = directory
         overrides = _overrides(set_, preset)
         document = read_document(params, overrides)
         for name, directory in models.items():
-            evaluate_params(document, params, directory, name)
+            if directory.startswith("models:/"):  # the registered version's files, fetched
+                from slca.tracking.registry import model_directory
+
+                store = evaluate_params(document, params, directory, name, must_exist=False)
+                models[name] = str(model_directory(directory, store.tracking_dir))
+            evaluate_params(document, params, models[name], name)
+        models = {name: Path(directory) for name, directory in models.items()}
         return evaluate(models=models, params_file=params, overrides=overrides)
 
     path = _run(go, "train a model first: `slca run` or `dvc repro sft`")

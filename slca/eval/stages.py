@@ -3,8 +3,9 @@
 A DVC stage (``python -m slca.eval.stages --params params.yaml``) and a Prefect task
 call :func:`evaluate`. The task subsets are drawn from ``seed`` and the data alone, so
 every model of a comparison meets the same tasks. The metrics (JSON) and one line per
-task (JSON Lines) are written then renamed; they also go to MLflow, into
-the run that trained the model (``mlflow_run.json`` in ``model_dir``) or a new run.
+task (JSON Lines) are written then renamed; they also go to MLflow, into the run that
+trained the model (``mlflow_run.json`` in ``model_dir``) or a new run, and onto its
+registered version (ADR 0083), which ``model_dir`` may name: ``models:/<name>@<alias>``.
 Beside the rollouts, the teacher-forced value probe (:mod:`slca.eval.value_probe`)
 scores the model on the val split's synth tasks (``value_probe/*``).
 """
@@ -45,6 +46,11 @@ def evaluate(params: EvaluateParams, progress: Progress | None = None) -> dict[s
     logs them, with the CPU, memory and GPU use meanwhile, when ``tracking_dir`` is set)."""
     from slca.tracking.system import SystemSampler
 
+    if params.model_dir.startswith("models:/"):  # a registered version: its files, fetched
+        from slca.tracking.registry import model_directory
+
+        local = model_directory(params.model_dir, params.tracking_dir)
+        params = params.model_copy(update={"model_dir": str(local)})
     interval = params.system_metrics_s if params.tracking_dir is not None else None
     with SystemSampler(interval) as system:
         return _evaluate_model(params, progress, system)
@@ -198,6 +204,7 @@ def _evaluate(
             datasets=[split_input(params.in_dir, split) for split in read],
             system=system.finish(),
             tables={f"eval/{report.stem}.table.json": evaluation_table(lines)},
+            model_dir=params.model_dir,  # its registered version: figures, aliases
         )
     return metrics
 
@@ -446,9 +453,14 @@ def _fitting(tasks: list[TaskRecord], tokenizer: Any, budget: int) -> list[TaskR
 
 
 def main(argv: list[str] | None = None) -> int:
+    import logging
+
     from slca.processes import end_like_ctrl_c
 
     end_like_ctrl_c()
+    shown = logging.getLogger("slca.tracking.registry")  # a version found, an alias moved
+    shown.setLevel(logging.INFO)
+    shown.addHandler(logging.StreamHandler())
     parser = stage_parser(
         "python -m slca.eval.stages",
         "evaluate.model_dir=models/sft",

@@ -5,7 +5,9 @@ model), ``datasets`` (the task data a run read, as MLflow dataset inputs),
 ``evaluation`` (evaluation results into a run), ``queries`` (metric histories,
 curve CSVs, finished runs, completed checkpoints), ``store`` (the tracking URI, the
 SQLite store's locks and completion markers), ``params`` (config → params),
-``provenance`` (git commit, pinned requirements), ``figures`` (histograms) and
+``provenance`` (git commit, pinned requirements), ``figures`` (histograms),
+``registry`` (final models as versions of ``<experiment>-policy``, the ``champion`` and
+``challenger`` aliases, ``models:/`` URIs as model directories; ADR 0083) and
 ``run_file`` (the file naming the run that made a model). Every public name is
 importable from ``slca.tracking``; importing the package imports no submodule and no
 MLflow: a name's submodule loads at its first use, so ``RUN_FILE`` (or a run with
@@ -60,7 +62,8 @@ Artifacts
     ``histograms/step_<k>/<seg>.png``   one histogram figure per segment
     ``histograms/step_<k>/values.npz``  the raw arrays, one per segment, to re-plot
     ``checkpoints/step_<k>/``           a checkpoint directory (or file)
-    a logged model (``mlflow.transformers``), linked to the run
+    a logged model (``mlflow.transformers``), linked to the run and registered as a
+    version of ``<experiment>-policy`` (:mod:`slca.tracking.registry`)
 
 Every artifact directory gets a ``.complete`` marker after its last file; on resume
 a directory without it (an upload cut short by a crash) is uploaded again, one with
@@ -87,6 +90,9 @@ _HOMES = {
     "TRUNCATION_SUFFIX": "params",
     "flatten_config": "params",
     "default_pip_requirements": "provenance",
+    "is_model_uri": "registry",
+    "model_directory": "registry",
+    "policy_model_name": "registry",
     "git_commit": "provenance",
     "CURVE_METRICS": "queries",
     "RunRecord": "queries",
@@ -130,6 +136,7 @@ if TYPE_CHECKING:
         metric_history,
         write_curves,
     )
+    from slca.tracking.registry import is_model_uri, model_directory, policy_model_name
     from slca.tracking.run_file import RUN_FILE, read_run_file
     from slca.tracking.store import (
         COMPLETE_MARKER,
@@ -175,9 +182,12 @@ __all__ = [
     "experiment_runs",
     "flatten_config",
     "git_commit",
+    "is_model_uri",
     "log_evaluation",
     "logged_checkpoints",
     "metric_history",
+    "model_directory",
+    "policy_model_name",
     "read_inputs",
     "read_run_file",
     "resolve_uri",

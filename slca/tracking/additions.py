@@ -30,7 +30,9 @@ def add_to_run(
     tables: Mapping[str, Mapping[str, Sequence[Any]]] | None = None,
 ) -> None:
     """:meth:`slca.tracking.Tracker.add_to_run`, with ``tracker``'s client and lock."""
-    with tracker._writer or contextlib.nullcontext():  # one writer per store
+    writer = tracker._writer
+    # one writer per store; a hold the caller took (to write more after) stays its own
+    with contextlib.nullcontext() if writer is None or writer.held else writer:
         try:
             run = tracker.client.get_run(run_id)
         except MlflowException as exc:

@@ -22,13 +22,20 @@ def log_evaluation(
     datasets: Sequence[Any] = (),
     system: Sequence[Mapping[str, float]] = (),
     tables: Mapping[str, Mapping[str, Sequence[Any]]] | None = None,
+    model_dir: str | os.PathLike[str] | None = None,
 ) -> str:
     """Log evaluation metrics (at step 0), the report files (under ``eval/``) and the
     task data read (``datasets``: :class:`~slca.tracking.datasets.SplitInput`) and the
     system-metric samples taken meanwhile (``system``) and the per-task ``tables``
     (artifact file → columns, shown by the UI's evaluation view) into
     ``run_id`` — the run that trained the evaluated model — or, without one, into a
-    new run named ``run_name``. Returns the run id."""
+    new run named ``run_name``. With ``model_dir`` (the evaluated model), its registered
+    version gets the figures and the registry's aliases move
+    (:func:`slca.tracking.registry.record_evaluation`) under the same hold of the store's
+    writer lock. Returns the run id."""
+    from slca.tracking.registry import record_evaluation
+
+    figures = {k.removeprefix("eval/"): v for k, v in metrics.items()}
     if run_id is None:
         with Tracker(directory, experiment=experiment, tracking_uri=tracking_uri) as tracker:
             tracker.start(run_name=run_name)
@@ -42,14 +49,19 @@ def log_evaluation(
                 tracker.client.log_table(tracker.run_id, dict(columns), table_file)
             for report in reports:
                 tracker.client.log_artifact(tracker.run_id, str(report), "eval")
+            if model_dir is not None:
+                record_evaluation(tracker, model_dir, figures)
             return tracker.run_id
-    Tracker(directory, experiment=experiment, tracking_uri=tracking_uri).add_to_run(
-        run_id,
-        metrics,
-        reports,
-        artifact_path="eval",
-        datasets=datasets,
-        system=system,
-        tables=tables,
-    )
+    with Tracker(directory, experiment=experiment, tracking_uri=tracking_uri).lock() as tracker:
+        tracker.add_to_run(
+            run_id,
+            metrics,
+            reports,
+            artifact_path="eval",
+            datasets=datasets,
+            system=system,
+            tables=tables,
+        )
+        if model_dir is not None:
+            record_evaluation(tracker, model_dir, figures)
     return run_id

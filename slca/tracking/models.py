@@ -39,11 +39,28 @@ def log_model(
     name: str,
     task: str,
     pip_requirements: list[str] | None,
-    registered_model_name: str | None,
+    register: bool,
     step: int | None,
 ) -> str:
     """:meth:`slca.tracking.Tracker.log_model`: the model into ``tracker``'s run, once
-    per name; returns its URI."""
+    per name, and registered; returns its URI."""
+    uri = _logged_model(tracker, model, tokenizer, name, task, pip_requirements, step)
+    if register:
+        from slca.tracking.registry import register_version
+
+        register_version(tracker, uri)
+    return uri
+
+
+def _logged_model(
+    tracker: Any,
+    model: Any,
+    tokenizer: Any,
+    name: str,
+    task: str,
+    pip_requirements: list[str] | None,
+    step: int | None,
+) -> str:
     run_id = tracker._require_run()
     if not SAFE_NAME.match(name):
         raise ValueError(f"model name {name!r}: use letters, digits, '_', '.', '-'")
@@ -64,7 +81,6 @@ def log_model(
             task=task,
             model_card=model_card(model),
             pip_requirements=pip_requirements or default_pip_requirements(),
-            registered_model_name=registered_model_name,
             step=0 if step is None else step,
         )
     return info.model_uri

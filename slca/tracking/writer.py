@@ -69,6 +69,9 @@ class Tracker:
         tracking_uri: str | None = None,
         system_metrics_s: float | None = None,
     ) -> None:
+        from slca.tracking.registry import policy_model_name
+
+        self.registered_model = policy_model_name(experiment)  # refused now, not after training
         self.directory = Path(directory).resolve()
         self.system_metrics_s = system_metrics_s  # seconds between system/* samples; None: off
         self._monitor: Any = None
@@ -471,16 +474,15 @@ class Tracker:
         name: str = "model",
         task: str = "text-generation",
         pip_requirements: list[str] | None = None,
-        registered_model_name: str | None = None,
+        register: bool = True,
         step: int | None = None,
     ) -> str:
-        """Log a transformers model and tokenizer with ``mlflow.transformers``.
-
-        ``pip_requirements`` defaults to :func:`default_pip_requirements` (explicit,
-        so MLflow does not infer them by importing the model). A model already logged
-        under ``name`` by this run is not logged again. Returns the model URI
-        (``models:/<model id>``), loadable with ``mlflow.transformers.load_model``.
-        """
+        """Log a transformers model and tokenizer with ``mlflow.transformers`` and, with
+        ``register``, make it a version of ``registered_model`` (``<experiment>-policy``,
+        :func:`slca.tracking.registry.register_version`); once per run and ``name``.
+        ``pip_requirements`` defaults to :func:`default_pip_requirements` (explicit, so
+        MLflow does not infer them by importing the model). Returns the model URI
+        (``models:/<model id>``), loadable with ``mlflow.transformers.load_model``."""
         from slca.tracking.models import log_model
 
         return log_model(
@@ -490,6 +492,6 @@ class Tracker:
             name=name,
             task=task,
             pip_requirements=pip_requirements,
-            registered_model_name=registered_model_name,
+            register=register,
             step=None if step is None else _step(step),
         )

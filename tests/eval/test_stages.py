@@ -253,3 +253,32 @@ def test_a_transcript_keeps_every_turn_as_written_with_its_calls_and_errors():
     # the second turn was cut off: its malformed and unclosed blocks are errors, no call ran
     assert turns[1]["calls"] == [] and len(turns[1]["call_errors"]) == 2
     assert json.loads(json.dumps(turns)) == turns
+
+
+def test_a_registered_version_is_evaluated_as_the_run_s_out_dir(trained, tmp_path):
+    root, params, run_id = trained
+    client = MlflowClient(f"sqlite:///{root / 'mlflow/mlflow.db'}")
+    (version,) = client.search_model_versions(f"name = 'slca-policy' AND run_id = '{run_id}'")
+    bad = {**params["evaluate"], "model_dir": "models:/slca-policy@nope"}
+    with pytest.raises(ValueError, match="models:/slca-policy@nope: 'slca-policy' has no alias"):
+        evaluate(EvaluateParams.model_validate(bad))
+    out_dir = {
+        **params["evaluate"],
+        "model_dir": str(root / "models/rl"),
+        "report_path": str(tmp_path / "out_dir.json"),
+        "tracking_dir": None,
+    }
+    registered = {
+        **params["evaluate"],
+        "model_dir": f"models:/slca-policy/{version.version}",
+        "report_path": str(tmp_path / "registered.json"),
+    }
+    figures = evaluate(EvaluateParams.model_validate(registered))
+    assert figures == evaluate(EvaluateParams.model_validate(out_dir))  # the same model
+    # logged into the version's run; the version carries the figures and is champion
+    run = client.get_run(run_id)
+    assert run.data.metrics["eval/in_domain/success_at_0.9"] == figures["in_domain/success_at_0.9"]
+    tags = client.get_model_version("slca-policy", version.version).tags
+    assert float(tags["eval/in_domain/success_at_0.9"]) == figures["in_domain/success_at_0.9"]
+    aliases = client.get_registered_model("slca-policy").aliases
+    assert str(aliases["champion"]) == str(aliases["challenger"]) == str(version.version)
