@@ -244,7 +244,7 @@ def data(
         document = read_document(params, overrides)
         section(document, "prepare", PrepareParams, params)
         section(document, "validate", ValidateParams, params)
-        return data_flow(params_file=params, overrides=overrides)
+        return data_flow(params_file=params, document=document)  # the file read once
 
     summary = _run(go, "the source packages come with `make .venv/.installed`")
     typer.echo(f"task data ready: {summary}")
@@ -324,10 +324,10 @@ def train(
     from slca_pipeline.flows.train import train_config
 
     def go() -> str:  # settings are checked before any flow run starts
-        overrides = _overrides(set_, preset)
-        train_config(read_document(params, overrides), params, estimator)
-        return train_flow(
-            params_file=params, overrides=overrides, estimator=estimator, overwrite=overwrite
+        document = read_document(params, _overrides(set_, preset))
+        train_config(document, params, estimator)
+        return train_flow(  # on the document read here: the file is read once
+            params_file=params, document=document, estimator=estimator, overwrite=overwrite
         )
 
     run_id = _run(go, "the SFT checkpoint comes from `slca run` or `dvc repro sft`")
@@ -368,7 +368,7 @@ def eval_(
                 models[name] = str(model_directory(directory, store.tracking_dir))
             evaluate_params(document, params, models[name], name)
         models = {name: Path(directory) for name, directory in models.items()}
-        return evaluate(models=models, params_file=params, overrides=overrides)
+        return evaluate(models=models, params_file=params, document=document)
 
     path = _run(go, "train a model first: `slca run` or `dvc repro sft`")
     typer.echo(f"report: {path}")

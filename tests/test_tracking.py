@@ -606,3 +606,32 @@ def test_system_metrics_are_sampled_at_the_configured_interval(store, experiment
     assert len(sampler.samples) >= 3
     assert all(0 <= s["system/cpu_utilization_percentage"] <= 100 for s in sampler.samples)
     assert SystemSampler(None).__enter__().finish() == []
+
+
+def test_an_evaluation_of_a_model_trained_against_another_store_gets_a_run_of_its_own(
+    store, experiment, tmp_path, caplog
+):
+    """A model's run file names a run of another store (a copied model, or an
+    evaluation with another tracking_dir): the figures go into a new run here, with a
+    warning naming the missing run, not a failure after the evaluation has run."""
+    from slca.tracking import log_evaluation
+
+    other = tmp_path / "other-store"
+    with Tracker(other, experiment=experiment) as tracker:
+        tracker.start()
+        foreign = tracker.run_id
+    with caplog.at_level("WARNING", logger="slca.tracking.evaluation"):
+        run_id = log_evaluation(
+            store,
+            experiment=experiment,
+            metrics={"eval/x": 0.5},
+            reports=[],
+            run_id=foreign,
+            run_name="eval-copied",
+        )
+    assert run_id != foreign
+    run = MlflowClient(sqlite_uri(store)).get_run(run_id)
+    assert (run.info.run_name, run.data.metrics["eval/x"]) == ("eval-copied", 0.5)
+    assert foreign in caplog.text and "eval-copied" in caplog.text
+    # the other store's run is left as it was
+    assert "eval/x" not in MlflowClient(sqlite_uri(other)).get_run(foreign).data.metrics

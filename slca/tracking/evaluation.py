@@ -3,11 +3,14 @@ run of their own."""
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from slca.tracking.writer import Tracker
+
+_log = logging.getLogger(__name__)
 
 
 def log_evaluation(
@@ -36,6 +39,17 @@ def log_evaluation(
     from slca.tracking.registry import record_evaluation
 
     figures = {k.removeprefix("eval/"): v for k, v in metrics.items()}
+    if run_id is not None and not _in_store(directory, experiment, tracking_uri, run_id):
+        # A model trained against another store (copied, or evaluated with another
+        # tracking_dir): its figures get a run of their own here, not an error at the end.
+        _log.warning(
+            "the run %s that trained the model is not in %s: its evaluation is logged as "
+            "a new run %r",
+            run_id,
+            directory,
+            run_name,
+        )
+        run_id = None
     if run_id is None:
         with Tracker(directory, experiment=experiment, tracking_uri=tracking_uri) as tracker:
             tracker.start(run_name=run_name)
@@ -65,3 +79,18 @@ def log_evaluation(
         if model_dir is not None:
             record_evaluation(tracker, model_dir, figures)
     return run_id
+
+
+def _in_store(
+    directory: str | os.PathLike[str], experiment: str, tracking_uri: str | None, run_id: str
+) -> bool:
+    """Whether ``run_id`` is a run of ``experiment`` in the store at ``directory``."""
+    from mlflow.exceptions import MlflowException
+
+    tracker = Tracker(directory, experiment=experiment, tracking_uri=tracking_uri)
+    try:
+        run = tracker.client.get_run(run_id)
+    except MlflowException:
+        return False
+    found = tracker.client.get_experiment_by_name(experiment)
+    return found is not None and run.info.experiment_id == found.experiment_id
