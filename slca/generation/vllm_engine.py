@@ -248,6 +248,8 @@ class VLLMEngine:
     max_model_len: the caller's longest sequence, when ``settings`` leaves it null.
     seed: vLLM's global seed (every request also carries its own).
     setting: the config key that chose vLLM, named in start-up errors.
+    checked: the caller ran :func:`check_vllm` on these arguments already (a stage
+        checks its engines once, at its top): not checked again.
     """
 
     name = "vllm"
@@ -264,11 +266,14 @@ class VLLMEngine:
         max_model_len: int | None = None,
         seed: int = 0,
         setting: str = "engine",
+        checked: bool = False,
     ):
         settings = settings or VLLMConfig()
         self._weights_dir: str | None = None
-        self.device = check_vllm(
-            settings, setting=setting, model_dir=model, max_model_len=max_model_len
+        self.device = (
+            vllm_device()
+            if checked
+            else check_vllm(settings, setting=setting, model_dir=model, max_model_len=max_model_len)
         )
         from vllm import LLM
 

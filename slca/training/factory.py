@@ -98,9 +98,9 @@ def build_trainer(
     simulator) before the update engine; the rollout engine (vLLM, the update's own
     module, or a copy under ZeRO-3); the simulator (``train.simulator``) and the summary
     scorer (``train.rewards.summary``). Engines, the simulator's cache and its lock
-    close with ``stack``. Loads models: call :func:`check_engines` first."""
+    close with ``stack``. Loads models: call :func:`check_engines` first (a run checks
+    each engine once, at its top: the rollout's vLLM engine is not checked again here)."""
     from slca.generation.device import resolve_device
-    from slca.generation.engines import HFEngine
     from slca.modeling import load_causal_lm, resolve_model_source
     from slca.training.engines import build_engine
 
@@ -116,39 +116,17 @@ def build_trainer(
     device = resolve_device(config.engine.device, key="train.engine.device")
     # vLLM engines start before the update engine takes device memory (each one's share
     # is a share of the whole device)
-    vllm_engine = None
-    if config.rollout.engine == "vllm":
-        from slca.generation.vllm_engine import VLLMEngine
-
-        vllm_engine = stack.enter_context(
-            VLLMEngine(
-                init_dir,
-                stop_token_ids=[tokenizer.eos_token_id],
-                settings=config.rollout.vllm,
-                max_model_len=config.rollout.max_total_tokens,
-                seed=config.seed,
-                setting="train.rollout.engine",
-            )
-        )
+    vllm_engine = _vllm_rollout_engine(config, init_dir, tokenizer, stack)
     scorer = build_scorer(
         config.rewards.summary, where=SUMMARY_SETTING, device=device, seed=config.seed, stack=stack
     )
     simulator = build_simulator(config.simulator, device=device, stack=stack)
     update = build_engine(model, config.engine)
-    # ZeRO-3 leaves each rank a shard of the module: generation then needs a copy
-    sharded = config.engine.engine == "deepspeed" and config.engine.zero_stage == 3
-    if vllm_engine is not None:
-        rollout_engine: Any = vllm_engine
-    elif sharded:
-        dtype = next(update.module.parameters()).dtype
-        copy, _ = load_causal_lm(source, dtype=dtype, device=update.device)
-        rollout_engine = HFEngine(
-            copy, tokenizer, batch_size=config.rollout.generation_batch_size, shares_module=False
-        )
-    else:
-        rollout_engine = HFEngine(
-            update.module, tokenizer, batch_size=config.rollout.generation_batch_size
-        )
+    rollout_engine = (
+        vllm_engine
+        if vllm_engine is not None
+        else _hf_rollout_engine(config, update, source, tokenizer)
+    )
     return Trainer(
         config,
         tasks=tasks,
@@ -163,3 +141,39 @@ def build_trainer(
         progress=progress,
         validation_tasks=validation_tasks,
     )
+
+
+def _vllm_rollout_engine(
+    config: TrainConfig, init_dir: Path, tokenizer: Any, stack: contextlib.ExitStack
+) -> Any:
+    """The rollout's vLLM engine (None under ``rollout.engine: hf``), closed with
+    ``stack``; :func:`check_engines` checked it at the run's top."""
+    if config.rollout.engine != "vllm":
+        return None
+    from slca.generation.vllm_engine import VLLMEngine
+
+    return stack.enter_context(
+        VLLMEngine(
+            init_dir,
+            stop_token_ids=[tokenizer.eos_token_id],
+            settings=config.rollout.vllm,
+            max_model_len=config.rollout.max_total_tokens,
+            seed=config.seed,
+            setting="train.rollout.engine",
+            checked=True,
+        )
+    )
+
+
+def _hf_rollout_engine(config: TrainConfig, update: Any, source: Any, tokenizer: Any) -> Any:
+    """The HF rollout engine: on the update's own module, or, under ZeRO-3 (each rank
+    holds a shard of the module, generation needs it whole), on a copy of the policy."""
+    from slca.generation.engines import HFEngine
+    from slca.modeling import load_causal_lm
+
+    batch_size = config.rollout.generation_batch_size
+    if config.engine.engine == "deepspeed" and config.engine.zero_stage == 3:
+        dtype = next(update.module.parameters()).dtype
+        copy, _ = load_causal_lm(source, dtype=dtype, device=update.device)
+        return HFEngine(copy, tokenizer, batch_size=batch_size, shares_module=False)
+    return HFEngine(update.module, tokenizer, batch_size=batch_size)

@@ -117,21 +117,13 @@ def minibatch_updates(
     gradients are zeroed, none of its metrics count, and ``optimizer_stepped(False)``
     is told (``optimizer_stepped(True)`` after an applied step).
     """
-    cfg, loss_cfg = config, config.algorithm.loss
-    model, device = update.model, update.device
-    world = update.world_size
-    model.train()
+    cfg = config
+    update.model.train()
     own = len(rows)
     per_minibatch = own // cfg.update.minibatches
     size = cfg.update.micro_batch_size
-    starts = torch.arange(world) * own  # each rank's first row (rank order = row order)
-    by_sequence = loss_cfg.aggregation != "token-mean"  # the seq-mean-* modes
-
-    def units(selected: Tensor) -> Tensor:
-        """Loss units of each row of ``selected``."""
-        counts = loss_mask[selected].sum(dim=1)
-        return (counts > 0).long() if by_sequence else counts
-
+    starts = torch.arange(update.world_size) * own  # each rank's first row (rank order)
+    units = _loss_units(loss_mask, by_sequence=cfg.algorithm.loss.aggregation != "token-mean")
     generator = torch.Generator().manual_seed(cfg.seed * 7_919 + step)
     totals: dict[str, float] = {}
     weight_sum = 0.0
@@ -153,56 +145,16 @@ def minibatch_updates(
             ]
             mine = rows[positions]
             update.zero_grad()
-            running: dict[str, float] = {}
-            weight = 0.0
-            for position, s in enumerate(plan):
-                micro = mine[s : s + size]
-                boundary = position == len(plan) - 1
-                sub = batch.select(micro).to(device)
-                width = sub.input_ids.shape[1]
-                mask = loss_mask[micro, :width].to(device)
-                share = float(units(micro).sum()) / denominator
-                with update.micro_batch(boundary=boundary):
-                    # the forward and the loss in the engine's precision; the backward
-                    # below runs after autocast is left, as PyTorch recommends
-                    with update.autocast():
-                        logp, entropy = token_logprobs(
-                            model,
-                            sub.input_ids,
-                            sub.attention_mask,
-                            temperature=cfg.rollout.temperature,
-                            with_entropy=True,
-                            start=first_position(mask),
-                        )
-                        loss, metrics = policy_loss(
-                            logp,
-                            logp.detach() if old is None else old[micro, :width].to(device),
-                            advantages[micro, :width].to(device),
-                            mask,
-                            clip_low=loss_cfg.clip_low,
-                            clip_high=loss_cfg.clip_high,
-                            ref_logp=None if ref is None else ref[micro, :width].to(device),
-                            kl_coef=loss_cfg.kl_coef,
-                            aggregation=loss_cfg.aggregation,
-                            clip_ratio_c=loss_cfg.clip_ratio_c,
-                            norm_length=cfg.loss_norm_length,
-                        )
-                    if epoch == 0 and m == 0:  # before any optimizer step of this batch
-                        gaps.append((logprob_gap(logp, sub, mask), float(mask.sum())))
-                    if not torch.isfinite(loss):
-                        # NaN on every gradient: the step (every rank's, the norm is
-                        # global) sees a non-finite norm and applies nothing, as the
-                        # engines' overflow checks do; the micro-batches keep their
-                        # lockstep, which DDP and DeepSpeed need.
-                        loss = logp.sum() * float("nan")
-                    # DeepSpeed reduces gradients at the last micro-batch of a minibatch.
-                    with timed("backward"):
-                        update.backward(loss * (share * world), boundary=boundary)
-                if share:
-                    metrics["actor/entropy"] = entropy[mask].mean()
-                    for key, value in metrics.items():
-                        running[key] = running.get(key, 0.0) + share * float(value)
-                    weight += share
+            running, weight = _minibatch_backward(
+                update,
+                cfg,
+                batch,
+                [mine[s : s + size] for s in plan],
+                (units, denominator),
+                (old, ref, advantages, loss_mask),
+                timed=timed,
+                gaps=gaps if epoch == 0 and m == 0 else None,  # before any optimizer step
+            )
             with timed("optimizer"):
                 grad_norm = update.step()
             if not math.isfinite(grad_norm):
@@ -214,7 +166,116 @@ def minibatch_updates(
             for key, value in running.items():
                 totals[key] = totals.get(key, 0.0) + value
             weight_sum += weight
-    # shares are of the global minibatch: the ranks' sums are the global sums
+    return _actor_metrics(update, gather, totals, weight_sum, grad_norms, gaps)
+
+
+def _loss_units(loss_mask: Tensor, *, by_sequence: bool) -> Callable[[Tensor], Tensor]:
+    """``units(selected)``: the loss units of each row of ``selected`` (tokens, or one per
+    sequence with a loss token for the seq-mean-* aggregations)."""
+
+    def units(selected: Tensor) -> Tensor:
+        counts = loss_mask[selected].sum(dim=1)
+        return (counts > 0).long() if by_sequence else counts
+
+    return units
+
+
+def _minibatch_backward(
+    update: UpdateEngine,
+    config: TrainConfig,
+    batch: Batch,
+    micro_batches: list[Tensor],
+    weighting: tuple[Callable[[Tensor], Tensor], float],
+    targets: tuple[Tensor | None, Tensor | None, Tensor, Tensor],
+    *,
+    timed: Timed,
+    gaps: list[tuple[float, float]] | None,
+) -> tuple[dict[str, float], float]:
+    """Forward, loss and backward of one minibatch's ``micro_batches`` (this rank's rows
+    of each); ``weighting`` is ``(units, denominator)``, a micro-batch's share being its
+    units over the global minibatch's; ``targets`` are ``(old, ref, advantages,
+    loss_mask)``. Returns the metrics summed by share and the shares' sum; appends each
+    micro-batch's ``(log-prob gap, tokens)`` to ``gaps`` when given."""
+    units, denominator = weighting
+    loss_mask = targets[3]
+    running: dict[str, float] = {}
+    weight = 0.0
+    for position, micro in enumerate(micro_batches):
+        boundary = position == len(micro_batches) - 1
+        sub = batch.select(micro).to(update.device)
+        mask = loss_mask[micro, : sub.input_ids.shape[1]].to(update.device)
+        share = float(units(micro).sum()) / denominator
+        with update.micro_batch(boundary=boundary):
+            logp, entropy, loss, metrics = _micro_batch_loss(
+                update, config, sub, micro, mask, targets
+            )
+            if gaps is not None:
+                gaps.append((logprob_gap(logp, sub, mask), float(mask.sum())))
+            if not torch.isfinite(loss):
+                # NaN on every gradient: the step (every rank's, the norm is
+                # global) sees a non-finite norm and applies nothing, as the
+                # engines' overflow checks do; the micro-batches keep their
+                # lockstep, which DDP and DeepSpeed need.
+                loss = logp.sum() * float("nan")
+            # DeepSpeed reduces gradients at the last micro-batch of a minibatch.
+            with timed("backward"):
+                update.backward(loss * (share * update.world_size), boundary=boundary)
+        if share:
+            metrics["actor/entropy"] = entropy[mask].mean()
+            for key, value in metrics.items():
+                running[key] = running.get(key, 0.0) + share * float(value)
+            weight += share
+    return running, weight
+
+
+def _micro_batch_loss(
+    update: UpdateEngine,
+    config: TrainConfig,
+    sub: Batch,
+    micro: Tensor,
+    mask: Tensor,
+    targets: tuple[Tensor | None, Tensor | None, Tensor, Tensor],
+) -> tuple[Tensor, Tensor, Tensor, dict[str, Tensor]]:
+    """``(logp, entropy, loss, metrics)`` of one micro-batch (``sub``, rows ``micro``),
+    the forward and the loss in the engine's precision; the backward runs after
+    autocast is left, as PyTorch recommends."""
+    old, ref, advantages, _ = targets
+    loss_cfg, device, width = config.algorithm.loss, update.device, sub.input_ids.shape[1]
+    with update.autocast():
+        logp, entropy = token_logprobs(
+            update.model,
+            sub.input_ids,
+            sub.attention_mask,
+            temperature=config.rollout.temperature,
+            with_entropy=True,
+            start=first_position(mask),
+        )
+        loss, metrics = policy_loss(
+            logp,
+            logp.detach() if old is None else old[micro, :width].to(device),
+            advantages[micro, :width].to(device),
+            mask,
+            clip_low=loss_cfg.clip_low,
+            clip_high=loss_cfg.clip_high,
+            ref_logp=None if ref is None else ref[micro, :width].to(device),
+            kl_coef=loss_cfg.kl_coef,
+            aggregation=loss_cfg.aggregation,
+            clip_ratio_c=loss_cfg.clip_ratio_c,
+            norm_length=config.loss_norm_length,
+        )
+    return logp, entropy, loss, metrics
+
+
+def _actor_metrics(
+    update: UpdateEngine,
+    gather: Gather,
+    totals: dict[str, float],
+    weight_sum: float,
+    grad_norms: list[float],
+    gaps: list[tuple[float, float]],
+) -> dict[str, float]:
+    """The update's ``actor/*`` metrics over every rank: shares are of the global
+    minibatch, so the ranks' sums are the global sums."""
     gathered = gather((totals, weight_sum, gaps))
     totals = {k: sum(part[0].get(k, 0.0) for part in gathered) for k in totals}
     weight_sum = sum(part[1] for part in gathered)

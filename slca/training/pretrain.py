@@ -184,51 +184,19 @@ def run_pretrain(params: PretrainParams, progress: Any = None) -> dict[str, Any]
     the card."""
     import torch
 
-    from slca.config.engine import SFTEngineConfig
     from slca.eval.value_probe import value_probe
-    from slca.rollout.gold import build_example, summary_for
-    from slca.simulator import Simulator
-    from slca.training.engines import build_engine
     from slca.training.sft import sft
     from slca.training.tiny import build_tiny, save_checkpoint, tokenizer_texts
 
-    size = _weights_mb(params)
-    if size > params.max_weight_mb:
-        raise ConfigError(
-            f"pretrain: these settings build {size:.1f} MB of weights, over "
-            f"pretrain.max_weight_mb={params.max_weight_mb}"
-        )
+    _check_weight_size(params)
     heldout = heldout_messages(params.heldout_dir)
     corpus, dropped = build_corpus(params, heldout)
     check_disjoint(corpus, heldout, "the generated corpus")
     started = time.monotonic()
     tokenizer, model = build_tiny(tokenizer_texts(corpus), params, params.init_seed)
-    simulator = Simulator()
-    examples, too_long = [], 0
-    for task in corpus:
-        summary = summary_for(task, params.poor_summary_frac, params.init_seed)
-        example = build_example(task, tokenizer, simulator, summary)
-        if len(example.token_ids) > params.max_tokens:
-            too_long += 1
-        else:
-            examples.append(example)
-    if not examples:
-        raise ValueError(f"pretrain: no corpus task fits pretrain.max_tokens={params.max_tokens}")
+    examples, too_long = _examples(corpus, tokenizer, params)
     steps = params.epochs * math.ceil(len(examples) / params.micro_batch_size)
-    engine = build_engine(
-        model,
-        SFTEngineConfig.model_validate(
-            {
-                "optim": {
-                    "lr": params.lr,
-                    "warmup_steps": min(params.warmup_steps, steps),
-                    "schedule": "cosine",
-                    "total_steps": steps,
-                    "min_lr_ratio": params.min_lr_ratio,
-                }
-            }
-        ),
-    )
+    engine = _sft_engine(model, params, steps)
 
     def step_done(step: int, loss: float) -> None:
         if progress is not None:
@@ -246,10 +214,9 @@ def run_pretrain(params: PretrainParams, progress: Any = None) -> dict[str, Any]
         seed=params.init_seed,
         progress=step_done,
     )
-    wall = time.monotonic() - started
+    training = _training_record(params, examples, losses, time.monotonic() - started)
     val = io.read_dataset(params.heldout_dir, ["val"])
     probe = value_probe(model, tokenizer, val)
-    window = max(1, len(losses) // 20)
     out = Path(params.out_dir)
     with io.atomic_dir(out) as tmp:
         model.save_pretrained(tmp)
@@ -263,14 +230,7 @@ def run_pretrain(params: PretrainParams, progress: Any = None) -> dict[str, Any]
                 "dropped_heldout_twins": dropped,
                 "too_long": too_long,
             },
-            "training": {
-                "steps": len(losses),
-                "tokens": params.epochs * sum(len(e.token_ids) for e in examples),
-                "wall_s": round(wall, 1),
-                "first_loss": sum(losses[:window]) / window,
-                "last_loss": sum(losses[-window:]) / window,
-                "torch_threads": torch.get_num_threads(),
-            },
+            "training": training,
             "weights_mb": _megabytes(tmp),
             "value_probe_split": f"{params.heldout_dir}/val.parquet",
             "value_probe": probe,
@@ -279,6 +239,74 @@ def run_pretrain(params: PretrainParams, progress: Any = None) -> dict[str, Any]
         (tmp / CARD).write_text(json.dumps(card, indent=2, sort_keys=True) + "\n")
         (tmp / "README.md").write_text(_render_card(card))
     return card
+
+
+def _check_weight_size(params: PretrainParams) -> None:
+    size = _weights_mb(params)
+    if size > params.max_weight_mb:
+        raise ConfigError(
+            f"pretrain: these settings build {size:.1f} MB of weights, over "
+            f"pretrain.max_weight_mb={params.max_weight_mb}"
+        )
+
+
+def _examples(
+    corpus: Sequence[TaskRecord], tokenizer: Any, params: PretrainParams
+) -> tuple[list[Any], int]:
+    """The corpus's gold SFT examples that fit ``pretrain.max_tokens``, and how many did not."""
+    from slca.rollout.gold import build_example, summary_for
+    from slca.simulator import Simulator
+
+    simulator = Simulator()
+    examples, too_long = [], 0
+    for task in corpus:
+        summary = summary_for(task, params.poor_summary_frac, params.init_seed)
+        example = build_example(task, tokenizer, simulator, summary)
+        if len(example.token_ids) > params.max_tokens:
+            too_long += 1
+        else:
+            examples.append(example)
+    if not examples:
+        raise ValueError(f"pretrain: no corpus task fits pretrain.max_tokens={params.max_tokens}")
+    return examples, too_long
+
+
+def _sft_engine(model: Any, params: PretrainParams, steps: int) -> Any:
+    """The update engine of the pretraining: a cosine schedule over ``steps``."""
+    from slca.config.engine import SFTEngineConfig
+    from slca.training.engines import build_engine
+
+    return build_engine(
+        model,
+        SFTEngineConfig.model_validate(
+            {
+                "optim": {
+                    "lr": params.lr,
+                    "warmup_steps": min(params.warmup_steps, steps),
+                    "schedule": "cosine",
+                    "total_steps": steps,
+                    "min_lr_ratio": params.min_lr_ratio,
+                }
+            }
+        ),
+    )
+
+
+def _training_record(
+    params: PretrainParams, examples: Sequence[Any], losses: Sequence[float], wall: float
+) -> dict[str, Any]:
+    """The card's ``training`` section: steps, tokens, wall time, first and last loss."""
+    import torch
+
+    window = max(1, len(losses) // 20)
+    return {
+        "steps": len(losses),
+        "tokens": params.epochs * sum(len(e.token_ids) for e in examples),
+        "wall_s": round(wall, 1),
+        "first_loss": sum(losses[:window]) / window,
+        "last_loss": sum(losses[-window:]) / window,
+        "torch_threads": torch.get_num_threads(),
+    }
 
 
 def _megabytes(directory: Path) -> float:

@@ -23,12 +23,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import random
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -47,7 +46,7 @@ from slca.rollout.types import Rollout
 from slca.segments import head_masks, union_mask
 from slca.simulator import Simulator
 from slca.simulator.core import SimulatorStats
-from slca.training.batch import collate
+from slca.training.batch import Batch, collate
 from slca.training.checkpoints import (
     SET_ASIDE_PREFIX,
     CheckpointError,
@@ -56,21 +55,23 @@ from slca.training.checkpoints import (
     set_aside,
     verify_checkpoint,
 )
-from slca.training.diagnostics import step_diagnostics
 from slca.training.engines import UpdateEngine, explain_oom
 from slca.training.policy_update import (
     gradient_cosine,
     minibatch_updates,
     old_and_reference_logprobs,
 )
+from slca.training.rl_state import (
+    Sampled,
+    TaskSampler,
+    Tracker,
+    TrainerState,
+    TrainingDiverged,
+    check_parts,
+)
+from slca.training.step_metrics import step_metrics
 
 log = logging.getLogger(__name__)
-
-
-class Tracker(Protocol):
-    def log_metrics(self, metrics: dict[str, float], step: int) -> None: ...
-    def log_histograms(self, step: int, values: dict[str, Any]) -> None: ...
-    def log_checkpoint(self, path: Path, step: int) -> None: ...
 
 
 PHASES: tuple[str, ...] = ("rollout", "score", "logprobs", "update", "backward", "optimizer")
@@ -81,57 +82,6 @@ log-probs), ``update`` (the policy update: forwards and loss, ``backward`` and
 ``optimizer``, which are also given on their own). On CUDA the backward pass runs
 asynchronously, so its kernels are charged to the next phase that waits for them
 (``optimizer``, whose gradient norm synchronises)."""
-
-
-class TrainingDiverged(RuntimeError):
-    """Too many consecutive non-finite losses; the last good checkpoint is intact."""
-
-
-@dataclass
-class TrainerState:
-    step: int = 0
-    """Steps completed."""
-    tasks_drawn: int = 0
-    """The data cursor: tasks taken so far (epochs reshuffle by seed)."""
-    bad_steps: int = 0
-    """Consecutive optimizer steps skipped for a non-finite loss."""
-    skipped_steps: int = 0
-    """All optimizer steps skipped so far."""
-    run_id: str | None = None
-    """The tracking run this training writes to (resume continues it)."""
-
-
-@dataclass
-class Sampled:
-    """One step's rollouts and what the step's metrics need of their sampling."""
-
-    tasks: list[TaskRecord]
-    """This rank's share of the step's tasks (all of them in one process)."""
-    rollouts: list[Rollout]
-    """Their rollouts, ``group_size`` per task, groups numbered over the whole step."""
-    started: float
-    """``time.perf_counter()`` when sampling began (the step's wall clock starts there)."""
-    rollout_s: float
-    simulator_stats: SimulatorStats
-    """The simulator's counters over this sampling."""
-
-
-class TaskSampler:
-    """Tasks in a seeded order, reshuffled every epoch; resumable from a cursor."""
-
-    def __init__(self, tasks: Sequence[TaskRecord], seed: int):
-        if not tasks:
-            raise ValueError("no training tasks")
-        self.tasks, self.seed = list(tasks), seed
-
-    def take(self, cursor: int, n: int) -> list[TaskRecord]:
-        out = []
-        for position in range(cursor, cursor + n):
-            epoch, index = divmod(position, len(self.tasks))
-            order = list(range(len(self.tasks)))
-            random.Random(f"{self.seed}:{epoch}").shuffle(order)
-            out.append(self.tasks[order[index]])
-        return out
 
 
 class Trainer:
@@ -154,17 +104,7 @@ class Trainer:
         run_id: str | None = None,
         validation_tasks: Sequence[TaskRecord] = (),
     ):
-        algorithm = config.algorithm
-        if algorithm.loss.kl_coef > 0 and reference is None:
-            raise ValueError("algorithm.loss.kl_coef > 0 needs a frozen reference model")
-        _check_data_parallel(config, update.world_size)
-        if getattr(rollout_engine, "shares_module", False):
-            if getattr(rollout_engine, "model", None) is not update.module:
-                raise ValueError(
-                    f"rollout engine {rollout_engine.name!r} declares shares_module but "
-                    "does not generate with update.module; build it on update.module, or "
-                    "give it a copy with shares_module=False"
-                )
+        check_parts(config, update, rollout_engine, reference)
         if reference is not None:  # the policy's device and dtype (bf16 under DeepSpeed)
             dtype = next(update.module.parameters()).dtype
             reference.to(device=update.device, dtype=dtype).eval()
@@ -328,13 +268,9 @@ class Trainer:
     def learn(self, sampled: Sampled, scores: Sequence[RewardBreakdown]) -> dict[str, float]:
         """Advantages, the policy update, and the step's metrics; advances the step."""
         cfg, algorithm = self.config, self.config.algorithm
-        started = sampled.started
         step = self.state.step + 1
         # every rank holds the whole step (rank order = task order), and updates its rows
-        parts = self._gather((sampled.rollouts, list(scores), sampled.simulator_stats))
-        rollouts = [r for part in parts for r in part[0]]
-        scores = [s for part in parts for s in part[1]]
-        simulator_stats = SimulatorStats.total([part[2] for part in parts])
+        rollouts, scores, simulator_stats = self._whole_step(sampled, scores)
         own = len(sampled.rollouts)
         rows = torch.arange(self.update.rank * own, (self.update.rank + 1) * own)
         batch = collate(rollouts, self.tokenizer.pad_token_id)
@@ -344,6 +280,52 @@ class Trainer:
         loss_mask = union_mask(masks)
         with self._timed("logprobs"):
             old, ref = old_and_reference_logprobs(self.update, cfg, batch, rows, self.reference)
+        advantages, adv_metrics, head_rewards = self._advantages(batch, masks, rollouts, scores)
+        actor = self._update(batch, rows, (old, ref), advantages, (loss_mask, masks), step)
+        self.state.step = step
+        self.state.tasks_drawn += cfg.rollout.tasks_per_step
+        elapsed = time.perf_counter() - sampled.started
+        metrics = step_metrics(
+            rollouts,
+            scores,
+            batch,
+            (advantages, loss_mask, masks, head_rewards),
+            weights=algorithm.advantage.weights,
+            sections=(
+                adv_metrics,
+                actor,
+                simulator_stats.as_metrics(),
+                self.summary_scorer.metrics(),
+            ),
+            perf={
+                "perf/step_s": elapsed,
+                **{f"perf/{phase}_s": self._phase_s.get(phase, 0.0) for phase in PHASES},
+                "perf/rollout_s": sampled.rollout_s,
+                "perf/tokens_per_s": batch.n_tokens / elapsed,
+            },
+        )
+        self._phase_s = {}
+        return metrics
+
+    def _whole_step(
+        self, sampled: Sampled, scores: Sequence[RewardBreakdown]
+    ) -> tuple[list[Rollout], list[RewardBreakdown], SimulatorStats]:
+        """The step's rollouts, scores and simulator counters of every rank, in rank order."""
+        parts = self._gather((sampled.rollouts, list(scores), sampled.simulator_stats))
+        rollouts = [r for part in parts for r in part[0]]
+        scores = [s for part in parts for s in part[1]]
+        return rollouts, scores, SimulatorStats.total([part[2] for part in parts])
+
+    def _advantages(
+        self,
+        batch: Batch,
+        masks: dict[str, Tensor],
+        rollouts: list[Rollout],
+        scores: list[RewardBreakdown],
+    ) -> tuple[Tensor, dict[str, Any], dict[str, Tensor]]:
+        """``(B, T)`` advantages from the estimator the configuration names, its metrics,
+        and the ``(B,)`` head rewards they came from."""
+        algorithm = self.config.algorithm
         extra = {}
         if algorithm.advantage.granularity == "per_call":
             extra = {
@@ -367,6 +349,22 @@ class Trainer:
             **algorithm.advantage.switches(),
             **extra,
         )
+        return advantages, adv_metrics, head_rewards
+
+    def _update(
+        self,
+        batch: Batch,
+        rows: Tensor,
+        logprobs: tuple[Tensor | None, Tensor | None],
+        advantages: Tensor,
+        loss_masks: tuple[Tensor, dict[str, Tensor]],
+        step: int,
+    ) -> dict[str, float]:
+        """The minibatch updates of this rank's ``rows`` (``logprobs``: old and reference,
+        ``loss_masks``: the union and the heads'), then, when due, the gradient probe and
+        the advantage histograms; the ``actor/*`` metrics."""
+        cfg = self.config
+        (old, ref), (loss_mask, masks) = logprobs, loss_masks
         with self._timed("update"), explain_oom(cfg.update.micro_batch_size):
             actor = minibatch_updates(
                 self.update,
@@ -390,36 +388,7 @@ class Trainer:
                 self.tracker.log_histograms(
                     step, {head: advantages[mask].numpy() for head, mask in masks.items()}
                 )
-        self.state.step = step
-        self.state.tasks_drawn += cfg.rollout.tasks_per_step
-        elapsed = time.perf_counter() - started
-        w = algorithm.advantage.weights
-        totals = [w.get("tool", 1.0) * s.tool + w.get("summary", 1.0) * s.summary for s in scores]
-        metrics = {
-            "reward/tool": _mean(s.tool for s in scores),
-            "reward/sum": _mean(s.summary for s in scores),
-            "reward/total": _mean(totals),
-            **step_diagnostics(
-                rollouts, scores, totals, advantages, loss_mask, masks, head_rewards
-            ),
-            **{k: float(v) for k, v in adv_metrics.items()},
-            **actor,
-            "rollout/tool_calls_per_task": _mean(len(r.calls) for r in rollouts),
-            "rollout/redundant_calls": _mean(
-                s.duplicate_calls + s.unneeded_tool_calls + s.no_call_task_calls for s in scores
-            ),
-            "rollout/turns": _mean(len(r.turns) for r in rollouts),
-            "rollout/policy_tokens": float(batch.policy_mask.sum()),
-            "rollout/finished_frac": _mean(r.finish_reason == "stop" for r in rollouts),
-            **simulator_stats.as_metrics(),
-            **self.summary_scorer.metrics(),
-            "perf/step_s": elapsed,
-            **{f"perf/{phase}_s": self._phase_s.get(phase, 0.0) for phase in PHASES},
-            "perf/rollout_s": sampled.rollout_s,
-            "perf/tokens_per_s": batch.n_tokens / elapsed,
-        }
-        self._phase_s = {}
-        return metrics
+        return actor
 
     # ------------------------------------------------------------------ pieces
 
@@ -524,24 +493,3 @@ def _block_reward_matrix(rollouts, scores) -> Tensor:
     for i, rewards in enumerate(per_block):
         out[i, : len(rewards)] = torch.tensor(rewards)
     return out
-
-
-def _check_data_parallel(config: TrainConfig, world: int) -> None:
-    """Each rank samples whole groups and splits its rollouts into the minibatches."""
-    tasks, minibatches = config.rollout.tasks_per_step, config.update.minibatches
-    if tasks % world:
-        raise ValueError(
-            f"train.rollout.tasks_per_step={tasks} must be a multiple of the {world} "
-            "data-parallel processes (each samples whole groups of its share)"
-        )
-    own = tasks // world * config.rollout.group_size
-    if own % minibatches:
-        raise ValueError(
-            f"train.update.minibatches={minibatches} must divide each process's {own} "
-            f"rollouts (tasks_per_step / {world} processes × group_size)"
-        )
-
-
-def _mean(values) -> float:
-    values = [float(v) for v in values]
-    return sum(values) / len(values) if values else 0.0

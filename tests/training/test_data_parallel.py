@@ -151,12 +151,12 @@ def test_two_deepspeed_zero3_processes_equal_one_and_resume(setup, one_process, 
 
 
 def test_a_step_that_does_not_split_into_whole_groups_is_refused(setup, tmp_path):
-    from slca.training.rl import _check_data_parallel
+    from slca.training.rl_state import check_data_parallel
 
     cfg = dp_worker.config("torch", 0, 1)
-    _check_data_parallel(cfg, 2)
+    check_data_parallel(cfg, 2)
     with pytest.raises(ValueError, match=r"tasks_per_step=2 must be a multiple of the 3"):
-        _check_data_parallel(cfg, 3)
+        check_data_parallel(cfg, 3)
     odd = cfg.model_copy(update={"update": cfg.update.model_copy(update={"minibatches": 8})})
     with pytest.raises(ValueError, match=r"minibatches=8 must divide each process's 4"):
-        _check_data_parallel(odd, 2)
+        check_data_parallel(odd, 2)
