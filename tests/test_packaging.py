@@ -23,29 +23,41 @@ NETWORK_ERRORS = (
 )
 
 
+# The resolver's pip: from 25.3 a --dry-run resolves on metadata alone (PEP 658 files, or
+# with fast-deps a wheel's METADATA read by HTTP range requests), where .venv's pip 23.2
+# downloads every chosen wheel, GBs of CUDA ones (vllm, torch, nvidia-*): minutes of CI.
+# Installed beside the test, not into .venv (`make` installs with .venv's own pip).
+RESOLVER_PIP = "pip==26.2.1"
+
+
+def run_pip(*args: str, env, pythonpath: Path | None = None) -> subprocess.CompletedProcess:
+    if pythonpath is not None:
+        env = dict(env, PYTHONPATH=str(pythonpath))
+    command = [sys.executable, "-m", "pip", *args]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=1500)
+
+
 @pytest.mark.slow
 @pytest.mark.long
 def test_gpu_extra_resolves_with_the_rest_of_slca(tmp_path):
     report = tmp_path / "report.json"
     env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1")
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
+    env.pop("PYTHONPATH", None)
+    resolver = tmp_path / "resolver-pip"
+    run = run_pip("install", "-q", "--no-deps", "--target", str(resolver), RESOLVER_PIP, env=env)
+    if run.returncode == 0:
+        run = run_pip(
             "install",
             "--dry-run",
+            "--use-feature=fast-deps",
             "--ignore-installed",
             "--quiet",
             "--report",
             str(report),
             f"{REPO}[gpu,data]",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=1500,
-    )
+            env=env,
+            pythonpath=resolver,
+        )
     if run.returncode != 0 and any(e in run.stderr for e in NETWORK_ERRORS):
         pytest.skip(f"package index unreachable: {run.stderr.strip().splitlines()[-1]}")
     assert run.returncode == 0, run.stderr[-3000:]

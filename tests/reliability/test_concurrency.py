@@ -73,12 +73,14 @@ def test_processes_starting_on_a_new_store_at_once_leave_it_usable(tmp_path):
     """MLflow creates (migrates) a SQLite store on first use; unguarded, two processes
     doing it at once died in the migration and left the store broken."""
     store = tmp_path / "mlflow"
-    start_at = time.time() + 30  # after every process has imported MLflow
+    go = tmp_path / "go"  # created once every process has imported MLflow: all start at once
     script = textwrap.dedent(
         f"""
-        import sys, time
+        import os, sys, time
         from slca.tracking import Tracker, experiment_runs
-        time.sleep(max(0.0, {start_at} - time.time()))
+        print("ready", flush=True)
+        while not os.path.exists({str(go)!r}):
+            time.sleep(0.005)
         if sys.argv[1] == "reader":
             experiment_runs({str(store)!r}, experiment="slca")
         else:
@@ -103,6 +105,9 @@ def test_processes_starting_on_a_new_store_at_once_leave_it_usable(tmp_path):
         )
         for role in roles
     ]
+    for process in processes:
+        assert process.stdout.readline() == "ready\n", process.communicate(timeout=60)[1][-3000:]
+    go.touch()
     codes = []
     for process in processes:
         _out, err = process.communicate(timeout=600)
