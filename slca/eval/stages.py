@@ -28,6 +28,7 @@ from slca.data import io
 from slca.data.record import TaskRecord
 from slca.data.splits import draw, draw_split
 from slca.eval.bfcl_multi_turn import CATEGORY as MULTI_TURN
+from slca.eval.value_probe import VALUE_PROBE_SPLIT, value_probe_metrics
 from slca.generation.vllm_engine import check_engine
 from slca.rewards.judge_engine import build_scorer, check_judge
 from slca.rewards.preference import SummaryScorer
@@ -190,23 +191,37 @@ def _evaluate(
     atomic_write_text(per_task, "".join(json.dumps(line, sort_keys=True) + "\n" for line in lines))
     atomic_write_text(report, json.dumps(metrics, indent=1, sort_keys=True) + "\n")
     if params.tracking_dir is not None:
-        from slca.eval.table import evaluation_table
-        from slca.tracking import log_evaluation, read_run_file, split_input
-
-        run = read_run_file(params.model_dir)
-        log_evaluation(
-            params.tracking_dir,
-            experiment=params.experiment,
-            metrics={f"eval/{k}": v for k, v in metrics.items()},
-            reports=[report, per_task],
-            run_id=run.get("run_id") if run.get("experiment") == params.experiment else None,
-            run_name=params.run_name or f"eval-{Path(params.model_dir).name}",
-            datasets=[split_input(params.in_dir, split) for split in read],
-            system=system.finish(),
-            tables={f"eval/{report.stem}.table.json": evaluation_table(lines)},
-            model_dir=params.model_dir,  # its registered version: figures, aliases
-        )
+        _log_to_mlflow(params, metrics, lines, [report, per_task], read, system)
     return metrics
+
+
+def _log_to_mlflow(
+    params: EvaluateParams,
+    metrics: dict[str, float],
+    lines: list[dict[str, Any]],
+    reports: list[Path],
+    read: list[str],
+    system: Any,
+) -> None:
+    """The figures, the report files, the per-task table, the splits read and the
+    system samples into the run that trained the model (else a run of their own), and
+    onto its registered version."""
+    from slca.eval.table import evaluation_table
+    from slca.tracking import log_evaluation, read_run_file, split_input
+
+    run = read_run_file(params.model_dir)
+    log_evaluation(
+        params.tracking_dir,
+        experiment=params.experiment,
+        metrics={f"eval/{k}": v for k, v in metrics.items()},
+        reports=reports,
+        run_id=run.get("run_id") if run.get("experiment") == params.experiment else None,
+        run_name=params.run_name or f"eval-{Path(params.model_dir).name}",
+        datasets=[split_input(params.in_dir, split) for split in read],
+        system=system.finish(),
+        tables={f"eval/{reports[0].stem}.table.json": evaluation_table(lines)},
+        model_dir=params.model_dir,  # its registered version: figures, aliases
+    )
 
 
 def splits_read(params: EvaluateParams, sets: set[str], probed: bool) -> list[str]:
@@ -233,52 +248,6 @@ def _in_domain_tasks(params: EvaluateParams) -> list[TaskRecord]:
         where="evaluate",
         sources_label="sources ",
     )
-
-
-VALUE_PROBE_SPLIT = "val"
-"""The split the value probe reads: held out from training, and not the test split the
-rollouts are scored on, so the probe's figure is not tuned on the reported tasks."""
-
-VALUE_PROBE_FIGURES = (
-    "value_accuracy",
-    "first_token_accuracy",
-    "later_token_accuracy",
-    "values",
-)
-"""What :func:`slca.eval.value_probe.value_probe` returns that evaluation reports."""
-
-
-def value_probe_tasks(params: EvaluateParams) -> list[TaskRecord]:
-    """The synth tasks of the val split the probe scores: a seeded subset of
-    ``value_probe_tasks`` (every one when null, none when 0 or the split has none)."""
-    if params.value_probe_tasks == 0:
-        return []
-    pool = io.read_dataset(params.in_dir, [VALUE_PROBE_SPLIT])
-    # the probe scores synth tasks only (their gold values are in the request)
-    return draw([t for t in pool if t.source == "synth"], params.value_probe_tasks, params.seed)
-
-
-def value_probe_metrics(
-    params: EvaluateParams, model: Any, tokenizer: Any, device: Any
-) -> dict[str, float]:
-    """The value probe of ``params.model_dir`` as ``value_probe/<figure>``: how often the
-    policy, teacher-forced along the gold trajectory, writes each argument value token
-    for token (a cheap read of what SFT taught, no sampling). Empty when there is no
-    task or no string value to score. ``model`` None (the vLLM engine holds the weights
-    in its own process): a copy is loaded for the probe and dropped after it."""
-    from slca.eval.value_probe import value_probe
-    from slca.modeling import eval_autocast, load_causal_lm
-
-    tasks = value_probe_tasks(params)
-    if not tasks:
-        return {}
-    if model is None:  # fp32, as the HF engine's copy: eval_autocast sets the precision
-        model = load_causal_lm(params.model_dir, dtype="float32", device=device)[0]
-    with eval_autocast(device):  # the measurement precision, as the rollouts'
-        probe = value_probe(model, tokenizer, tasks)
-    if not probe["values"]:  # shares of nothing would read as 0 % right
-        return {}
-    return {f"value_probe/{k}": float(probe[k]) for k in VALUE_PROBE_FIGURES}
 
 
 def _eval_tasks(params: EvaluateParams, source: str, groups: list[str], n: int) -> list[TaskRecord]:

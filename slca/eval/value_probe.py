@@ -15,7 +15,10 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+from slca.config.evaluate import EvaluateParams
+from slca.data import io
 from slca.data.record import TaskRecord
+from slca.data.splits import draw
 
 
 def value_tokens(task: TaskRecord, example: Any, tokenizer: Any) -> list[tuple[str, list[int]]]:
@@ -109,3 +112,48 @@ def probe_table(probe: dict[str, Any]) -> str:
             if n:
                 lines.append(f"| {row} | {part} | {n} | {right / n:.2f} |")
     return "\n".join(lines)
+
+
+VALUE_PROBE_SPLIT = "val"
+"""The split the value probe reads: held out from training, and not the test split the
+rollouts are scored on, so the probe's figure is not tuned on the reported tasks."""
+
+VALUE_PROBE_FIGURES = (
+    "value_accuracy",
+    "first_token_accuracy",
+    "later_token_accuracy",
+    "values",
+)
+"""What :func:`slca.eval.value_probe.value_probe` returns that evaluation reports."""
+
+
+def value_probe_tasks(params: EvaluateParams) -> list[TaskRecord]:
+    """The synth tasks of the val split the probe scores: a seeded subset of
+    ``value_probe_tasks`` (every one when null, none when 0 or the split has none)."""
+    if params.value_probe_tasks == 0:
+        return []
+    pool = io.read_dataset(params.in_dir, [VALUE_PROBE_SPLIT])
+    # the probe scores synth tasks only (their gold values are in the request)
+    return draw([t for t in pool if t.source == "synth"], params.value_probe_tasks, params.seed)
+
+
+def value_probe_metrics(
+    params: EvaluateParams, model: Any, tokenizer: Any, device: Any
+) -> dict[str, float]:
+    """The value probe of ``params.model_dir`` as ``value_probe/<figure>``: how often the
+    policy, teacher-forced along the gold trajectory, writes each argument value token
+    for token (a cheap read of what SFT taught, no sampling). Empty when there is no
+    task or no string value to score. ``model`` None (the vLLM engine holds the weights
+    in its own process): a copy is loaded for the probe and dropped after it."""
+    from slca.modeling import eval_autocast, load_causal_lm
+
+    tasks = value_probe_tasks(params)
+    if not tasks:
+        return {}
+    if model is None:  # fp32, as the HF engine's copy: eval_autocast sets the precision
+        model = load_causal_lm(params.model_dir, dtype="float32", device=device)[0]
+    with eval_autocast(device):  # the measurement precision, as the rollouts'
+        probe = value_probe(model, tokenizer, tasks)
+    if not probe["values"]:  # shares of nothing would read as 0 % right
+        return {}
+    return {f"value_probe/{k}": float(probe[k]) for k in VALUE_PROBE_FIGURES}

@@ -18,9 +18,8 @@ from slca.eval.stages import (
     evaluate,
     main,
     transcript,
-    value_probe_metrics,
-    value_probe_tasks,
 )
+from slca.eval.value_probe import value_probe_metrics, value_probe_tasks
 from slca.grammar import parse_turn
 from slca.rollout.types import ExecutedCall, Rollout, Turn
 from slca.tracking import RUN_FILE, experiment_runs, read_inputs
