@@ -124,6 +124,7 @@ def _engine(params: EvaluateParams, model: Any, tokenizer: Any) -> Any:
         max_model_len=params.max_total_tokens,
         seed=params.seed,
         setting="evaluate.engine",
+        checked=True,  # evaluate checked it at its top, on the same arguments (ADR 0079)
     )
 
 
