@@ -29,7 +29,13 @@ def add_to_run(
     system: Sequence[Mapping[str, float]] = (),
     tables: Mapping[str, Mapping[str, Sequence[Any]]] | None = None,
 ) -> None:
-    """:meth:`slca.tracking.Tracker.add_to_run`, with ``tracker``'s client and lock."""
+    """Add metrics (at ``step``; non-finite ones dropped), files (under
+    ``artifact_path``), dataset inputs (:class:`~slca.tracking.datasets.SplitInput`),
+    system-metric samples (after the run's own steps) and tables (artifact file →
+    columns, ``log_table``) to an existing run of ``tracker``'s experiment, not the
+    tracker's own — e.g. evaluation results into the run that trained the model —
+    holding the store's writer lock. A run missing or of another experiment is refused
+    (``ValueError``) before anything is written. ``Tracker.add_to_run`` is this function."""
     writer = tracker._writer
     # one writer per store; a hold the caller took (to write more after) stays its own
     with contextlib.nullcontext() if writer is None or writer.held else writer:

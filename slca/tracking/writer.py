@@ -21,6 +21,7 @@ from mlflow.tracking import MlflowClient
 
 from slca.locks import ExclusiveLock
 from slca.processes import stopped_from_outside
+from slca.tracking.additions import add_to_run as _add_to_run
 from slca.tracking.figures import write_histograms
 from slca.tracking.params import param_value, plain, run_params
 from slca.tracking.params import step_number as _step
@@ -431,38 +432,9 @@ class Tracker:
         base = run.info.artifact_uri.rstrip("/")
         return f"{base}/{artifact_path}" if artifact_path else base
 
-    def add_to_run(
-        self,
-        run_id: str,
-        metrics: Mapping[str, Any],
-        files: Sequence[str | os.PathLike[str]] = (),
-        *,
-        step: int = 0,
-        artifact_path: str | None = None,
-        datasets: Sequence[Any] = (),
-        system: Sequence[Mapping[str, float]] = (),
-        tables: Mapping[str, Mapping[str, Sequence[Any]]] | None = None,
-    ) -> None:
-        """Add metrics (at ``step``; non-finite ones dropped), files (under
-        ``artifact_path``), dataset inputs (:class:`~slca.tracking.datasets.SplitInput`),
-        system-metric samples (after the run's own steps) and tables (artifact file →
-        columns, ``log_table``) to an existing run of this experiment, not this tracker's
-        — e.g. evaluation results into the run that trained the model — holding the
-        store's writer lock. A run missing or of another experiment is refused
-        (``ValueError``) before anything is written."""
-        from slca.tracking.additions import add_to_run
-
-        add_to_run(
-            self,
-            run_id,
-            metrics,
-            files,
-            step=step,
-            artifact_path=artifact_path,
-            datasets=datasets,
-            system=system,
-            tables=tables,
-        )
+    # Adding to a run that is not this tracker's own (evaluation results into the run
+    # that trained the model): slca.tracking.additions.add_to_run, bound as a method.
+    add_to_run = _add_to_run
 
     # -- model -------------------------------------------------------------------------
 
