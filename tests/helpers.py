@@ -104,6 +104,7 @@ def tiny_params(root: Path) -> dict:
             "intermediate_size": 64,
             "epochs": 1,
             "warmup_steps": 2,
+            "tracking_dir": str(root / "mlflow"),
         },
         "base_model": {
             # built here, 2 layers x 32: the shipped demo base is 3 x 128

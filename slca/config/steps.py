@@ -148,6 +148,26 @@ class PretrainParams(StrictModel):
     """Where to write a snapshot every ``snapshot_every`` steps (diagnostics); null: none."""
     snapshot_every: int = Field(1000, ge=1)
     """Steps between snapshots."""
+    tracking_dir: str | None = "mlflow"
+    """MLflow store of the pretrain run (``MLFLOW_TRACKING_URI`` overrides): the recipe
+    as params, loss, learning rate and tokens/s per step, the held-out split the probe
+    reads, the value probe's figures and the base (a version of the registered policy
+    model, stage ``pretrain``). Null: no run. Not part of the recipe (the card leaves it
+    out, as it does the snapshots)."""
+    experiment: str = "slca"
+    """MLflow experiment of the pretrain run."""
+    run_name: str = "pretrain"
+    """MLflow run name."""
+    system_metrics_s: float | None = Field(10.0, gt=0)
+    """Seconds between two samples of CPU, memory (and GPU) use in the pretrain run;
+    null: none."""
+
+
+PRETRAIN_NOT_IN_RECIPE = frozenset(
+    {"snapshot_dir", "snapshot_every", "tracking_dir", "experiment", "run_name", "system_metrics_s"}
+)
+"""The ``pretrain`` settings that say where a run is recorded, not what base it builds:
+the card's recipe leaves them out, so recording a rebuild differently changes no recipe."""
 
 
 class SFTParams(StrictModel):

@@ -105,14 +105,17 @@ def register_version(tracker: Any, model_uri: str) -> str:
 
 def version_tags(run: Any) -> dict[str, str]:
     """A version's provenance from its run: ``slca.run_id``, ``slca.git_commit``,
-    ``slca.data_digest`` (the training split's content hash), ``slca.stage`` and
+    ``slca.data_digest`` (the training split's content hash; the pretrain corpus's),
+    ``slca.stage`` (``pretrain``, ``sft`` or ``rl``) and
     ``slca.estimator``; the RL run's ``slca.data_hash`` (its train tasks) where set."""
     from slca.tracking.datasets import read_inputs
 
     tags = run.data.tags
-    stage = "sft" if tags.get("slca.kind") == "sft" else "rl"
+    stage = tags["slca.kind"] if tags.get("slca.kind") in ("sft", "pretrain") else "rl"
     training = [d for d in read_inputs(run.inputs) if d["context"] == "training"]
-    digest = ",".join(d["content_sha256"] or d["digest"] for d in training) or "unknown"
+    # the pretrain stage trains on a generated corpus, not a split: its hash is the digest
+    corpus = tags.get("data_hash.corpus.sha256", "unknown")
+    digest = ",".join(d["content_sha256"] or d["digest"] for d in training) or corpus
     found = {
         "slca.run_id": run.info.run_id,
         "slca.git_commit": tags.get("mlflow.source.git.commit", "unknown"),

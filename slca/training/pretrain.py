@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from slca.config import ConfigError
-from slca.config.steps import PretrainParams
+from slca.config.steps import PRETRAIN_NOT_IN_RECIPE, PretrainParams
 from slca.data import io
 from slca.data.record import TaskRecord
 
@@ -181,22 +181,37 @@ def _render_card(card: dict[str, Any]) -> str:
 
 def run_pretrain(params: PretrainParams, progress: Any = None) -> dict[str, Any]:
     """Build the corpus, train the base, write it with its card to ``out_dir``; returns
-    the card."""
-    import torch
-
-    from slca.eval.value_probe import value_probe
-    from slca.training.sft import sft
-    from slca.training.tiny import build_tiny, save_checkpoint, tokenizer_texts
+    the card. With ``params.tracking_dir`` (the default) it is an MLflow run
+    (:func:`slca.training.stage_run.stage_run`; the model registered, stage ``pretrain``)."""
+    from slca.training.stage_run import stage_run
 
     _check_weight_size(params)
     heldout = heldout_messages(params.heldout_dir)
     corpus, dropped = build_corpus(params, heldout)
     check_disjoint(corpus, heldout, "the generated corpus")
+    # the store is opened once the corpus is known to be usable, before any training
+    with stage_run("pretrain", params) as run:
+        return _pretrain(params, corpus, dropped, progress, run)
+
+
+def _pretrain(
+    params: PretrainParams, corpus: list[TaskRecord], dropped: int, progress: Any, run: Any
+) -> dict[str, Any]:
+    """:func:`run_pretrain`'s training, probe and card, inside its run."""
+    import torch
+
+    from slca.eval.value_probe import VALUE_PROBE_FIGURES, value_probe
+    from slca.training.session import data_hashes
+    from slca.training.sft import sft
+    from slca.training.tiny import build_tiny, save_checkpoint, tokenizer_texts
+
     started = time.monotonic()
     tokenizer, model = build_tiny(tokenizer_texts(corpus), params, params.init_seed)
     examples, too_long = _examples(corpus, tokenizer, params)
     steps = params.epochs * math.ceil(len(examples) / params.micro_batch_size)
     engine = _sft_engine(model, params, steps)
+    hashes = {**data_hashes(params.heldout_dir), "corpus.sha256": corpus_hash(corpus)}
+    run.begin(hashes, [(params.heldout_dir, "val", None)])  # what the probe reads
 
     def step_done(step: int, loss: float) -> None:
         if progress is not None:
@@ -213,16 +228,19 @@ def run_pretrain(params: PretrainParams, progress: Any = None) -> dict[str, Any]
         pad_id=tokenizer.pad_token_id,
         seed=params.init_seed,
         progress=step_done,
+        on_step=run.step,
     )
     training = _training_record(params, examples, losses, time.monotonic() - started)
     val = io.read_dataset(params.heldout_dir, ["val"])
     probe = value_probe(model, tokenizer, val)
+    figures = {f"pretrain/value_probe/{k}": float(probe[k]) for k in VALUE_PROBE_FIGURES}
+    run.finish(model, tokenizer, {**figures, "pretrain/steps": float(len(losses))}, len(losses))
     out = Path(params.out_dir)
     with io.atomic_dir(out) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         card = {
-            "recipe": params.model_dump(mode="json", exclude={"snapshot_dir", "snapshot_every"}),
+            "recipe": params.model_dump(mode="json", exclude=set(PRETRAIN_NOT_IN_RECIPE)),
             "git_commit": _git_commit(),
             "corpus": {
                 "tasks": len(corpus),

@@ -9,7 +9,6 @@ renamed, so a failed step leaves the previous output intact.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import sys
 from pathlib import Path
@@ -126,7 +125,8 @@ def _loss_figures(prefix: str, losses: list[float]) -> dict[str, float]:
 def run_sft(params: SFTParams, progress: Any = None) -> dict[str, float]:
     """SFT from ``base_dir`` on the train split; writes ``out_dir``; returns loss figures.
 
-    With ``params.tracking_dir`` (the default) it is an MLflow run (:func:`_sft_run`):
+    With ``params.tracking_dir`` (the default) it is an MLflow run
+    (:func:`slca.training.stage_run.stage_run`):
     the store's writer lock is taken first (a second writer is refused before any work),
     the run opens once the examples are built, and ``out_dir`` names it in its run file
     (``mlflow_run.json``), so the SFT model's evaluation is logged into it."""
@@ -135,8 +135,9 @@ def run_sft(params: SFTParams, progress: Any = None) -> dict[str, float]:
     from slca.simulator import Simulator
     from slca.training.engines import build_engine
     from slca.training.sft import sft
+    from slca.training.stage_run import stage_run
 
-    with _sft_run(params) as run:
+    with stage_run("sft", params) as run:
         model, tokenizer = load_causal_lm(params.base_dir, dtype="float32")
         simulator = Simulator()
         examples, too_long, poor = [], 0, 0
@@ -165,7 +166,8 @@ def run_sft(params: SFTParams, progress: Any = None) -> dict[str, float]:
             why = f" ({unknown} have gold calls without arguments)" if unknown else ""
             raise ValueError(f"sft: no train task fits sft.max_tokens={params.max_tokens}{why}")
         engine = build_engine(model, params.engine)
-        run.begin(content)
+        hashes = {**data_hashes(params.in_dir), "read.train": content}
+        run.begin(hashes, [(params.in_dir, "train", content)])
         losses = sft(
             engine,
             examples,
@@ -196,80 +198,6 @@ def run_sft(params: SFTParams, progress: Any = None) -> dict[str, float]:
 
 def _arguments_known(task: Any) -> bool:
     return all(call.arguments_known for step in task.gold for call in step)
-
-
-SFT_FLUSH_S = 30.0
-"""Seconds between two writes of the SFT run's per-step metrics."""
-
-
-class _SFTRun:
-    """The SFT stage's MLflow run, or nothing when ``sft.tracking_dir`` is null."""
-
-    def __init__(self, params: SFTParams, tracker: Any) -> None:
-        self.params, self.tracker = params, tracker
-        self.flushed = 0.0
-
-    def begin(self, train_hash: str) -> None:
-        """Open the run: the ``sft`` section as ``sft.*`` params, the data hashes, the
-        train split as the run's ``training`` dataset."""
-        if self.tracker is None:
-            return
-        from slca.tracking import split_input
-
-        self.tracker.start(run_name=self.params.run_name, tags={"slca.kind": "sft"})
-        hashes = {**data_hashes(self.params.in_dir), "read.train": train_hash}
-        self.tracker.log_params({"sft": self.params.model_dump(mode="json")}, data_hashes=hashes)
-        self.tracker.log_datasets([split_input(self.params.in_dir, "train", train_hash)])
-
-    def step(self, step: int, figures: dict[str, float]) -> None:
-        """One step's figures, written every :data:`SFT_FLUSH_S` seconds (a write costs
-        tens of ms on a busy SQLite store; an SFT step on the demo's CPU about 2 s)."""
-        if self.tracker is None:
-            return
-        import time
-
-        self.tracker.log_metrics(figures, step=step, defer=True)
-        if time.monotonic() - self.flushed >= SFT_FLUSH_S:
-            self.tracker.flush()
-            self.flushed = time.monotonic()
-
-    def finish(self, model: Any, tokenizer: Any, figures: dict[str, float], steps: int) -> None:
-        """The stage's figures at its last step, and the final model."""
-        if self.tracker is None:
-            return
-        self.tracker.log_metrics(figures, step=steps)
-        self.tracker.log_model(model, tokenizer)
-
-    def write_run_file(self, directory: Path) -> None:
-        """``mlflow_run.json`` in the written model: the run, for its evaluation."""
-        if self.tracker is None:
-            return
-        import json
-
-        from slca.tracking import RUN_FILE
-
-        run = {"run_id": self.tracker.run_id, "experiment": self.params.experiment}
-        (directory / RUN_FILE).write_text(json.dumps({**run, "stage": "sft"}, indent=2) + "\n")
-
-
-@contextlib.contextmanager
-def _sft_run(params: SFTParams) -> Any:
-    """The SFT run of ``params`` (ended FINISHED, or FAILED/KILLED with the exception);
-    the store's writer lock is taken at once."""
-    if params.tracking_dir is None:
-        yield _SFTRun(params, None)
-        return
-    from slca.faults import naming_the_place
-    from slca.tracking import Tracker
-
-    with naming_the_place(params.tracking_dir, "sft.tracking_dir"):
-        tracker = Tracker(
-            params.tracking_dir,
-            experiment=params.experiment,
-            system_metrics_s=params.system_metrics_s,
-        ).lock()
-    with tracker:
-        yield _SFTRun(params, tracker)
 
 
 def progress_bar(desc: str, total: int | None = None, logger: Any = None) -> Any:

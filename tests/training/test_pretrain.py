@@ -18,7 +18,7 @@ from helpers import tiny_params
 
 from slca.config import ConfigError, load_section
 from slca.config.data import PrepareParams, SynthParams
-from slca.config.steps import BaseModelParams, PretrainParams
+from slca.config.steps import PRETRAIN_NOT_IN_RECIPE, BaseModelParams, PretrainParams
 from slca.data import io
 from slca.data.synth import generate
 from slca.training.pretrain import (
@@ -253,10 +253,40 @@ def test_the_cards_corpus_hash_is_that_of_the_regenerated_corpus(pretrained):
     assert card["corpus"]["sha256"] == corpus_hash(corpus)
     assert card["corpus"]["tasks"] == len(corpus) == params.synth.n_tasks - dropped
     assert card["corpus"]["dropped_heldout_twins"] == dropped
-    # the recipe rebuilds the same settings (snapshots are diagnostics, left out)
+    # the recipe rebuilds the same settings (snapshots and the run's store are where a
+    # run is recorded, not what it builds: left out)
     recipe = PretrainParams.model_validate(card["recipe"])
-    default = PretrainParams.model_fields["snapshot_every"].default
-    assert recipe == params.model_copy(update={"snapshot_dir": None, "snapshot_every": default})
+    defaults = {k: PretrainParams.model_fields[k].default for k in PRETRAIN_NOT_IN_RECIPE}
+    assert recipe == params.model_copy(update=defaults)
+    assert PRETRAIN_NOT_IN_RECIPE.isdisjoint(card["recipe"])
+
+
+def test_the_pretrain_is_an_mlflow_run_whose_base_is_a_registered_version(pretrained):
+    """The recipe as params, loss, learning rate and tokens/s at every step, the probe's
+    figures, the held-out split read, and the base as a version of the policy model
+    tagged stage ``pretrain`` with the corpus hash as its data digest."""
+    from mlflow.tracking import MlflowClient
+
+    from slca.tracking import read_inputs, sqlite_uri
+
+    params, card = pretrained
+    client = MlflowClient(sqlite_uri(params.tracking_dir))
+    experiment = client.get_experiment_by_name(params.experiment).experiment_id
+    (run,) = client.search_runs([experiment], "tags.`slca.kind` = 'pretrain'")
+    assert (run.info.run_name, run.info.status) == ("pretrain", "FINISHED")
+    assert run.data.params["pretrain.lr"] == str(params.lr)
+    assert run.data.params["data_hash.corpus.sha256"] == card["corpus"]["sha256"]
+    steps = card["training"]["steps"]
+    for key in ("pretrain/loss", "pretrain/lr", "pretrain/tokens_per_s"):
+        history = client.get_metric_history(run.info.run_id, key)
+        assert sorted(m.step for m in history) == list(range(1, steps + 1)), key
+    probe = run.data.metrics["pretrain/value_probe/value_accuracy"]
+    assert probe == pytest.approx(card["value_probe"]["value_accuracy"])
+    ((found),) = read_inputs(run.inputs)
+    assert (found["name"].split("/")[-1], found["context"]) == ("val", "validation")
+    (version,) = client.search_model_versions(f"run_id = '{run.info.run_id}'")
+    assert version.tags["slca.stage"] == "pretrain"
+    assert version.tags["slca.data_digest"] == card["corpus"]["sha256"]
 
 
 def test_the_card_records_training_weights_and_the_value_probe(pretrained):
@@ -364,7 +394,7 @@ def test_the_shipped_base_passes_its_check_and_lists_every_file():
 @shipped
 def test_the_shipped_base_was_built_with_the_recipe_of_params_yaml():
     params = load_section(PARAMS, "pretrain", PretrainParams)
-    recipe = params.model_dump(mode="json", exclude={"snapshot_dir", "snapshot_every"})
+    recipe = params.model_dump(mode="json", exclude=set(PRETRAIN_NOT_IN_RECIPE))
     assert shipped_card()["recipe"] == recipe
 
 
