@@ -290,3 +290,15 @@ def gpu_make(gpu_image, smoke_bundle):
         return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1500)
 
     return make
+
+
+@pytest.fixture
+def no_ambient_mlflow(monkeypatch):
+    """No ``MLFLOW_TRACKING_URI`` from the environment, and no active run left behind
+    (a failed test must not leak its run into the next): for the tracking tests."""
+    import mlflow
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    yield
+    if mlflow.active_run() is not None:
+        mlflow.end_run("FAILED")

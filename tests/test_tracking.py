@@ -39,12 +39,7 @@ def store(tmp_path_factory):
     return tmp_path_factory.mktemp("mlflow")
 
 
-@pytest.fixture(autouse=True)
-def no_ambient_store(monkeypatch):
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    yield
-    if mlflow.active_run() is not None:  # a failed test must not leak its run
-        mlflow.end_run("FAILED")
+pytestmark = pytest.mark.usefixtures("no_ambient_mlflow")
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 
-import mlflow
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
@@ -31,12 +30,7 @@ from slca.tracking.registry import (
 TEXTS = ["What is the weather in Paris?", '<tool_call>{"name": "get_weather"}</tool_call>']
 
 
-@pytest.fixture(autouse=True)
-def no_ambient_store(monkeypatch):
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    yield
-    if mlflow.active_run() is not None:  # a failed test must not leak its run
-        mlflow.end_run("FAILED")
+pytestmark = pytest.mark.usefixtures("no_ambient_mlflow")
 
 
 @pytest.fixture(scope="module")
