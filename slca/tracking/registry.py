@@ -186,14 +186,21 @@ def model_directory(
     wanted = _run_file(client, version)
     if read_run_file(target) == wanted:  # the same version already fetched
         return target
+    if target.exists():  # never removed here: another process may be evaluating from it
+        raise ValueError(
+            f"{uri}: {target} holds files of another model than version {version.version} "
+            f"of {version.name!r}; move it away to fetch this version there"
+        )
     Path(tracking_dir).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=Path(tracking_dir)) as tmp:
         staged = _fetch(client, version, Path(tmp), store)
         (staged / RUN_FILE).write_text(json.dumps(wanted, indent=2) + "\n")
-        if target.exists():
-            shutil.rmtree(target)
         target.parent.mkdir(parents=True, exist_ok=True)
-        staged.rename(target)
+        try:
+            staged.rename(target)
+        except OSError:  # another process fetched the same version meanwhile
+            if read_run_file(target) != wanted:
+                raise
     return target
 
 

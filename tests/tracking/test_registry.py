@@ -202,6 +202,12 @@ def test_a_registered_version_is_the_same_model_as_the_one_saved(trained, tiny, 
     stamp = (directory / "config.json").stat().st_mtime_ns
     assert model_directory("models:/exp-policy/2", store) == directory
     assert (directory / "config.json").stat().st_mtime_ns == stamp  # fetched once
+    # a directory there that is not this version (another store's, or edited) is kept
+    # and named, never removed: another process may be evaluating from it
+    (directory / RUN_FILE).write_text(json.dumps({**run, "version": "7"}))
+    with pytest.raises(ValueError, match=r"holds files of another model than version 2"):
+        model_directory("models:/exp-policy/2", store)
+    assert (directory / "config.json").stat().st_mtime_ns == stamp
 
 
 @pytest.mark.parametrize(
