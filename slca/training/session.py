@@ -404,16 +404,9 @@ def _tracker(config: TrainConfig, enabled: bool) -> Iterator[Any]:
     if not enabled:
         yield None
         return
-    from slca.tracking import Tracker
+    from slca.training.stage_run import locked_tracker
 
-    # the store's writer lock now: a second writer is refused before any expensive work
-    with naming_the_place(config.tracking_dir, "train.tracking_dir"):
-        tracker = Tracker(
-            config.tracking_dir,
-            experiment=config.experiment,
-            system_metrics_s=config.system_metrics_s,
-        ).lock()
-    with tracker:
+    with locked_tracker(config, "train") as tracker:
         yield tracker
 
 

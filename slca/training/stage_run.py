@@ -77,14 +77,24 @@ def stage_run(section: str, params: Any) -> Iterator[StageRun]:
     if params.tracking_dir is None:
         yield StageRun(section, params, None)
         return
+    with locked_tracker(params, section) as tracker:
+        yield StageRun(section, params, tracker)
+
+
+@contextlib.contextmanager
+def locked_tracker(settings: Any, section: str) -> Iterator[Any]:
+    """The :class:`~slca.tracking.Tracker` of a section's ``tracking_dir``,
+    ``experiment`` and ``system_metrics_s``, its store's writer lock taken now (a second
+    writer is refused before any expensive work); faults opening the store name
+    ``<section>.tracking_dir``. Leaving the block ends its run, if one started."""
     from slca.faults import naming_the_place
     from slca.tracking import Tracker
 
-    with naming_the_place(params.tracking_dir, f"{section}.tracking_dir"):
+    with naming_the_place(settings.tracking_dir, f"{section}.tracking_dir"):
         tracker = Tracker(
-            params.tracking_dir,
-            experiment=params.experiment,
-            system_metrics_s=params.system_metrics_s,
+            settings.tracking_dir,
+            experiment=settings.experiment,
+            system_metrics_s=settings.system_metrics_s,
         ).lock()
     with tracker:
-        yield StageRun(section, params, tracker)
+        yield tracker
