@@ -46,6 +46,7 @@ def smollm2_params(root, smollm2_dir):
             "engine": "vllm",
         },
         algorithm={"loss": {"kl_coef": 0.0}},
+        checkpoint_every=2,  # the last step only: each checkpoint is ~1.6 GB with Adam's state
     )
     params["evaluate"].update(
         engine="vllm",
