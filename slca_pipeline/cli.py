@@ -203,14 +203,15 @@ def run(
 ) -> None:
     """The whole pipeline: data, simulator check, SFT, a GRPO and an SLCA run, their
     evaluation and the comparison report."""
-    from slca_pipeline.flows.pipeline import pipeline
+    from slca_pipeline.flows.params import read_document
+    from slca_pipeline.flows.pipeline import DEFAULT_ESTIMATORS, pipeline, pipeline_sections
 
-    runs = _run(
-        lambda: pipeline(
-            params_file=params, overrides=_overrides(set_, preset, tasks), overwrite=overwrite
-        ),
-        "check the params file and `make data` / `make test` output",
-    )
+    def go() -> Any:  # a bad section fails here, before Prefect's server starts
+        document = read_document(params, _overrides(set_, preset, tasks))
+        pipeline_sections(document, params, DEFAULT_ESTIMATORS)
+        return pipeline(params_file=params, overwrite=overwrite, document=document)
+
+    runs = _run(go, "check the params file and `make data` / `make test` output")
     report = Path(runs.pop("report"))
     for estimator, run_id in runs.items():
         typer.echo(f"{estimator}: MLflow run {run_id}")

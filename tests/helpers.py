@@ -218,6 +218,31 @@ def stop_session(process, interrupts: int = 1, wait_s: float = 20) -> None:
         process.wait(timeout=10)
 
 
+def prefect_api(api_url: str):
+    """A context manager pointing this process's Prefect at ``api_url`` for its block.
+    On the way out, the process-wide event and log workers deliver what they hold while
+    that server still runs, and are dropped: each keeps the API URL it was created under,
+    so one left bound to a stopped server sends every later event there, a minute's
+    timeout each, and Prefect's test harness drains them at the session's end with no
+    timeout (a fresh-clone CI run sat at its last test for minutes)."""
+    import contextlib
+
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    @contextlib.contextmanager
+    def pointed():
+        with temporary_settings({PREFECT_API_URL: api_url}):
+            try:
+                yield
+            finally:
+                APILogWorker.drain_all(timeout=60)
+                EventsWorker.drain_all(timeout=60)
+
+    return pointed()
+
+
 def running_prefect_server(
     home: Path, command: list[str] | None = None, env=None, timeout: float = 180
 ):

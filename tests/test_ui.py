@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import running_prefect_server
+from helpers import prefect_api, running_prefect_server
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 import ui_check  # noqa: E402
@@ -104,7 +104,6 @@ def train_and_evaluate(root: Path, experiment: str, name: str) -> str:
 def publish_artifacts(root: Path, api_url: str, run_id: str) -> None:
     """The pipeline's three artifacts, made by its own functions in one flow run."""
     from prefect import flow
-    from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from slca_pipeline.tasks import artifacts
 
@@ -121,7 +120,7 @@ def publish_artifacts(root: Path, api_url: str, run_id: str) -> None:
         artifacts.publish_comparison(report / "report.md", str(root / "mlflow"))
         artifacts.publish_training_run("slca", run_id, str(root / "mlflow"))
 
-    with temporary_settings({PREFECT_API_URL: api_url}):
+    with prefect_api(api_url):
         assert publishing(return_state=True).is_completed()
 
 

@@ -18,29 +18,21 @@ from slca.generation.vllm_engine import check_engine
 from slca.simulator.check import check_params
 from slca_pipeline.flows.data import data
 from slca_pipeline.flows.evaluate import evaluate, evaluate_params
-from slca_pipeline.flows.params import DEFAULT_STATE_DIR, Estimator, read_document, section
+from slca_pipeline.flows.params import DEFAULT_STATE_DIR, Estimator, load_document, section
 from slca_pipeline.flows.sft import sft, sft_section
 from slca_pipeline.flows.simulator_check import simulator_check
 from slca_pipeline.flows.train import train, train_config
 
+#: The RL runs of a pipeline run, each from the same SFT checkpoint.
+DEFAULT_ESTIMATORS = ("grpo", "slca")
 
-@flow(name="pipeline", validate_parameters=True)
-def pipeline(
-    params_file: Path = Path("params.yaml"),
-    overrides: dict[str, Any] | None = None,
-    state_dir: Path = DEFAULT_STATE_DIR,
-    estimators: Annotated[tuple[Estimator, ...], Field(min_length=1)] = ("grpo", "slca"),
-    overwrite: bool = False,
-) -> dict[str, Any]:
-    """Every step on ``params_file``; returns the MLflow run id per estimator and the
-    report's path (``report``). ``overwrite`` lets an RL run replace another
-    configuration's checkpoints and output (else such a run is refused).
 
-    Every section is validated before the first step runs, so a bad RL setting fails in
-    seconds, not after data preparation and SFT. ``params_file`` is read once, here: the
-    subflows run on that document (ADR 0081).
-    """
-    document = read_document(params_file, overrides)  # the one reading of the file
+def pipeline_sections(
+    document: dict[str, Any], params_file: str | Path, estimators: tuple[str, ...]
+) -> tuple[dict[str, Any], str, Any]:
+    """Every section the pipeline's steps read, validated: the RL config per estimator,
+    the SFT model's directory and the SFT evaluation's params. No Prefect here: the CLI
+    checks a document with it before a flow (and Prefect's server) starts."""
     for name, model in (
         ("prepare", PrepareParams),
         ("validate", ValidateParams),
@@ -51,6 +43,29 @@ def pipeline(
     configs = {e: train_config(document, params_file, e) for e in dict.fromkeys(estimators)}
     sft_dir = sft_section(document, params_file).out_dir
     evaluation = evaluate_params(document, params_file, sft_dir, "sft", must_exist=False)
+    return configs, sft_dir, evaluation
+
+
+@flow(name="pipeline", validate_parameters=True)
+def pipeline(
+    params_file: Path = Path("params.yaml"),
+    overrides: dict[str, Any] | None = None,
+    state_dir: Path = DEFAULT_STATE_DIR,
+    estimators: Annotated[tuple[Estimator, ...], Field(min_length=1)] = DEFAULT_ESTIMATORS,
+    overwrite: bool = False,
+    document: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Every step on ``params_file``; returns the MLflow run id per estimator and the
+    report's path (``report``). ``overwrite`` lets an RL run replace another
+    configuration's checkpoints and output (else such a run is refused).
+
+    Every section is validated before the first step runs, so a bad RL setting fails in
+    seconds, not after data preparation and SFT. ``params_file`` is read once, here,
+    unless the caller read it (``document``, its overrides applied): the subflows run on
+    that document (ADR 0081).
+    """
+    document = load_document(params_file, overrides, document)  # the one reading
+    configs, sft_dir, evaluation = pipeline_sections(document, params_file, estimators)
     for config in configs.values():  # vLLM must be able to start before data and SFT run
         rollout = config.rollout
         check_engine(rollout.engine, rollout.vllm, setting="train.rollout.engine")

@@ -149,8 +149,9 @@ def test_the_data_sections_load_without_torch():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-@pytest.mark.slow  # the pipeline checks its sections inside its flow: Prefect starts first
 def test_slca_run_reports_a_bad_override_in_one_line_before_any_step(runner, tmp_path):
+    """Checked before the flow, so before Prefect's server starts (it timed out starting
+    under CI's load once, where the override alone was wrong)."""
     from slca_pipeline.cli import app
 
     tasks = tmp_path / "tasks"

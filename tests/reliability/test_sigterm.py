@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import running_prefect_server, stop_session, tiny_params
+from helpers import prefect_api, running_prefect_server, stop_session, tiny_params
 
 from slca.training.checkpoints import latest_checkpoint
 
@@ -128,7 +128,6 @@ def test_three_prefect_cancellations_of_the_train_flow_then_a_rerun_finish_one_r
     (state Cancelling), which the worker turns into SIGTERM to the flow-run process."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.responses import SetStateStatus
-    from prefect.settings import PREFECT_API_URL, temporary_settings
     from prefect.states import Cancelling
 
     ckpt = tmp_path / "ckpt"
@@ -166,7 +165,7 @@ def test_three_prefect_cancellations_of_the_train_flow_then_a_rerun_finish_one_r
             start_new_session=True,
         )
         try:
-            with temporary_settings({PREFECT_API_URL: env["PREFECT_API_URL"]}):
+            with prefect_api(env["PREFECT_API_URL"]):
                 with get_client(sync_client=True) as client:
                     deployment = client.read_deployment_by_name("train/cpu")
 

@@ -122,12 +122,14 @@ def test_run_tasks_trains_and_evaluates_on_the_users_file_under_the_overrides(
     args = ["run", "--tasks", "data/raw/mine.v2.jsonl", "-S", "train.sources=[mine, synth]"]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
-    overrides = seen["overrides"]
-    assert overrides["prepare.imports"] == [
+    document = seen["document"]  # params.yaml read once, by the command, overrides applied
+    assert "overrides" not in seen
+    assert document["prepare"]["imports"] == [
         {"name": "mine", "path": "data/raw/mine.v2.jsonl", "format": "auto", "split": "auto"}
     ]
-    assert overrides["sft.sources"] == overrides["evaluate.in_domain.sources"] == ["mine"]
-    assert overrides["train.sources"] == ["mine", "synth"]  # -S wins
+    sources = document["sft"]["sources"], document["evaluate"]["in_domain"]["sources"]
+    assert sources == (["mine"], ["mine"])
+    assert document["train"]["sources"] == ["mine", "synth"]  # -S wins
 
 
 def test_data_import_prints_the_report_line_and_a_bad_path_in_one_line(runner, tmp_path):

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 from helpers import http_request as request
-from helpers import running_prefect_server, tiny_params
+from helpers import prefect_api, running_prefect_server, tiny_params
 
 from slca_pipeline.server import allowed_hosts, server_environment
 
@@ -104,9 +104,8 @@ def test_an_slca_flow_command_runs_against_it(server, tmp_path):
     assert "CSRF" not in done.stderr and "403" not in done.stderr
     # the run is on this server, read through Prefect's own client (CSRF token and all)
     from prefect.client.orchestration import get_client
-    from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    with temporary_settings({PREFECT_API_URL: env["PREFECT_API_URL"]}):
+    with prefect_api(env["PREFECT_API_URL"]):
         with get_client(sync_client=True) as client:
             runs = client.read_flow_runs()
             names = {client.read_flow(run.flow_id).name: run.state_name for run in runs}
