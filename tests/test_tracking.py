@@ -544,6 +544,51 @@ def test_the_data_a_run_read_is_a_dataset_input_with_the_runs_hash(store, experi
     assert sorted(profiles) == [2, 3]
 
 
+def test_a_run_that_loses_the_dataset_insert_race_logs_its_input_again(
+    store, experiment, tmp_path, monkeypatch
+):
+    """Two arms started together log the same dataset; MLflow's lookup-then-insert lets
+    the later insert break the unique key (the credit lab's GRPO arm failed so on CI).
+    The loser logs again and links the dataset the other inserted; any other error of
+    the store is raised at once."""
+    from mlflow.exceptions import MlflowException
+
+    from slca.tracking import read_inputs, split_input
+
+    data = tmp_path / "tasks"
+    _split_file(data, "train", 3)
+    inputs = [split_input(data, "train", "ab" * 32)]
+    with Tracker(store, experiment=experiment) as first:
+        first.start()
+        first.log_datasets(inputs)  # the arm that won the insert
+    race = MlflowException("(sqlite3.IntegrityError) UNIQUE constraint failed: datasets.name")
+    refused = MlflowException("INVALID_PARAMETER_VALUE: a bad dataset")
+    with Tracker(store, experiment=experiment) as second:
+        second.start()
+        log_inputs, calls = second.client.log_inputs, []
+
+        def once(error):
+            def log(*args, **kwargs):
+                calls.append(error)
+                if len(calls) == 1:
+                    raise error
+                return log_inputs(*args, **kwargs)
+
+            return log
+
+        monkeypatch.setattr(second.client, "log_inputs", once(race))
+        second.log_datasets(inputs)
+        assert len(calls) == 2
+        calls.clear()
+        monkeypatch.setattr(second.client, "log_inputs", once(refused))
+        with pytest.raises(MlflowException, match="a bad dataset"):
+            second.log_datasets(inputs)
+        assert len(calls) == 1
+        run_id = second.run_id
+    run = MlflowClient(sqlite_uri(store)).get_run(run_id)
+    assert [d["name"] for d in read_inputs(run.inputs)] == ["tasks/train"]
+
+
 def test_a_manifest_gives_the_digest_and_evaluation_adds_its_data_to_a_finished_run(
     store, experiment, tmp_path
 ):

@@ -421,10 +421,22 @@ class Tracker:
 
     def log_datasets(self, inputs: Sequence[Any]) -> None:
         """The task data the run read, as MLflow dataset inputs (one per
-        :class:`~slca.tracking.datasets.SplitInput`); MLflow keeps one of each."""
+        :class:`~slca.tracking.datasets.SplitInput`); MLflow keeps one of each.
+
+        Runs started together on one store (the credit lab's arms) log the same dataset
+        at once, and MLflow looks it up, then inserts it: the second insert breaks the
+        store's unique key. Logged again, it finds the dataset the other run inserted."""
         from slca.tracking.datasets import dataset_inputs
 
-        self.client.log_inputs(self._require_run(), datasets=dataset_inputs(inputs))
+        run_id, datasets = self._require_run(), dataset_inputs(inputs)
+        for attempt in range(3):
+            try:
+                self.client.log_inputs(run_id, datasets=datasets)
+                return
+            except MlflowException as exc:
+                if attempt == 2 or not _lost_insert_race(exc):
+                    raise
+                time.sleep(0.2 * (attempt + 1))
 
     def artifact_uri(self, artifact_path: str = "") -> str:
         """The URI of an artifact of this run (a ``file://`` path on the default store)."""
@@ -467,3 +479,12 @@ class Tracker:
             register=register,
             step=None if step is None else _step(step),
         )
+
+
+def _lost_insert_race(exc: MlflowException) -> bool:
+    """A unique key broken by a row another writer inserted first (SQLite's and
+    PostgreSQL's/MySQL's wording), not a bad value."""
+    message = str(exc)
+    return any(
+        m in message for m in ("UNIQUE constraint failed", "duplicate key", "Duplicate entry")
+    )
