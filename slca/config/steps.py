@@ -109,6 +109,13 @@ class PretrainParams(StrictModel):
     """The generator's seed (the demo's tasks use prepare.seed, 13)."""
     synth: CorpusSynthParams = Field(default_factory=CorpusSynthParams)
     """The generator's settings: 16,000 tasks with wide values."""
+    group_by_length: bool = False
+    """As sft.group_by_length: batches of near lengths. The short copy examples then
+    make batches of their own instead of padding to a task's length in random ones."""
+    copy_examples: int = Field(0, ge=0)
+    """Made-up id lists written again after a key, trained beside the corpus
+    (slca.training.copy_examples), drawn from ``seed``: the corpus alone never taught the
+    3-layer base to copy an id of digits (0 of 49 order ids on val). 0: none."""
     vocab_size: int = Field(2048, ge=300)
     """BPE vocabulary size, trained on the corpus."""
     isolate_spaces_and_digits: bool = True

@@ -201,6 +201,7 @@ def _pretrain(
     import torch
 
     from slca.eval.value_probe import VALUE_PROBE_FIGURES, value_probe
+    from slca.training.copy_examples import copy_examples_hash, id_copy_examples
     from slca.training.session import data_hashes
     from slca.training.sft import sft
     from slca.training.tiny import build_tiny, save_checkpoint, tokenizer_texts
@@ -208,6 +209,8 @@ def _pretrain(
     started = time.monotonic()
     tokenizer, model = build_tiny(tokenizer_texts(corpus), params, params.init_seed)
     examples, too_long = _examples(corpus, tokenizer, params)
+    copies = id_copy_examples(tokenizer, params.copy_examples, params.seed)
+    examples += copies
     steps = params.epochs * math.ceil(len(examples) / params.micro_batch_size)
     engine = _sft_engine(model, params, steps)
     hashes = {**data_hashes(params.heldout_dir), "corpus.sha256": corpus_hash(corpus)}
@@ -227,6 +230,7 @@ def _pretrain(
         micro_batch_size=params.micro_batch_size,
         pad_id=tokenizer.pad_token_id,
         seed=params.init_seed,
+        group_by_length=params.group_by_length,
         progress=step_done,
         on_step=run.step,
     )
@@ -247,6 +251,8 @@ def _pretrain(
                 "sha256": corpus_hash(corpus),
                 "dropped_heldout_twins": dropped,
                 "too_long": too_long,
+                "copy_examples": len(copies),
+                "copy_examples_sha256": copy_examples_hash(copies),
             },
             "training": training,
             "weights_mb": _megabytes(tmp),

@@ -15,12 +15,14 @@ from pathlib import Path
 import pytest
 import yaml
 from helpers import tiny_params
+from transformers import AutoTokenizer
 
 from slca.config import ConfigError, load_section
 from slca.config.data import PrepareParams, SynthParams
 from slca.config.steps import PRETRAIN_NOT_IN_RECIPE, BaseModelParams, PretrainParams
 from slca.data import io
 from slca.data.synth import generate
+from slca.training.copy_examples import copy_examples_hash, id_copy_examples
 from slca.training.pretrain import (
     CARD,
     _render_card,
@@ -228,6 +230,8 @@ def pretrained(tiny_tasks, tmp_path_factory):
         "out_dir": str(out / "base"),
         "snapshot_dir": str(out / "snapshots"),
         "snapshot_every": 2,
+        "copy_examples": 6,
+        "group_by_length": True,
     }
     params = PretrainParams(**settings)
     steps = []
@@ -291,8 +295,9 @@ def test_the_pretrain_is_an_mlflow_run_whose_base_is_a_registered_version(pretra
 
 def test_the_card_records_training_weights_and_the_value_probe(pretrained):
     params, card = pretrained
-    trained = card["corpus"]["tasks"] - card["corpus"]["too_long"]
+    trained = card["corpus"]["tasks"] - card["corpus"]["too_long"] + params.copy_examples
     assert card["training"]["steps"] == math.ceil(trained / params.micro_batch_size)
+    assert card["corpus"]["copy_examples"] == params.copy_examples
     assert card["training"]["tokens"] > 0 and card["training"]["wall_s"] >= 0
     # the ceiling's estimate is the size written (the tokenizer adds a few tokens)
     written = (Path(params.out_dir) / "model.safetensors").stat().st_size / 2**20
@@ -395,7 +400,10 @@ def test_the_shipped_base_passes_its_check_and_lists_every_file():
 def test_the_shipped_base_was_built_with_the_recipe_of_params_yaml():
     params = load_section(PARAMS, "pretrain", PretrainParams)
     recipe = params.model_dump(mode="json", exclude=set(PRETRAIN_NOT_IN_RECIPE))
-    assert shipped_card()["recipe"] == recipe
+    # a setting added after the card was written takes its default, which is the
+    # behaviour the base was built with
+    shipped = PretrainParams.model_validate(shipped_card()["recipe"])
+    assert shipped.model_dump(mode="json", exclude=set(PRETRAIN_NOT_IN_RECIPE)) == recipe
 
 
 @pytest.fixture(scope="module")
@@ -430,6 +438,13 @@ def test_the_shipped_corpus_is_its_recipes_and_holds_no_demo_heldout_message(dem
 
     def digest(message: str) -> str:
         return hashlib.sha256(message.encode()).hexdigest()
+
+    tokenizer = AutoTokenizer.from_pretrained(SHIPPED)
+    recipe = PretrainParams.model_validate(card["recipe"])
+    copies = id_copy_examples(tokenizer, recipe.copy_examples, recipe.seed)
+    assert copy_examples_hash(copies) == card["corpus"].get(
+        "copy_examples_sha256", copy_examples_hash([])
+    )
 
     held = {digest(m) for m in heldout}
     found = [(t.id, m) for t in corpus for m in user_messages(t) if digest(m) in held]
