@@ -112,6 +112,15 @@ class PretrainParams(StrictModel):
     group_by_length: bool = False
     """As sft.group_by_length: batches of near lengths. The short copy examples then
     make batches of their own instead of padding to a task's length in random ones."""
+    copy_first_examples: int = Field(0, ge=0)
+    """Copy examples trained alone, before the corpus (``copy_first_lr``, cosine over
+    their steps, micro_batch_size each): from a random init copies alone form the
+    digit-copy circuit within ~2,000 steps, which 30,000 copies beside the corpus did
+    not in 11,408 (docs/experiments/2026-12-06-id-copy-examples.md). They are the first
+    of the same draw as ``copy_examples``. 0: none."""
+    copy_first_lr: float = Field(1e-3, gt=0)
+    """AdamW peak rate of the copy-only start (``warmup_steps``, then a cosine to
+    ``min_lr_ratio`` of it over its steps)."""
     copy_examples: int = Field(0, ge=0)
     """Made-up id lists written again after a key, trained beside the corpus
     (slca.training.copy_examples), drawn from ``seed``: the corpus alone never taught the

@@ -198,43 +198,25 @@ def _pretrain(
     params: PretrainParams, corpus: list[TaskRecord], dropped: int, progress: Any, run: Any
 ) -> dict[str, Any]:
     """:func:`run_pretrain`'s training, probe and card, inside its run."""
-    import torch
-
     from slca.eval.value_probe import VALUE_PROBE_FIGURES, value_probe
     from slca.training.copy_examples import copy_examples_hash, id_copy_examples
     from slca.training.session import data_hashes
-    from slca.training.sft import sft
-    from slca.training.tiny import build_tiny, save_checkpoint, tokenizer_texts
+    from slca.training.tiny import build_tiny, tokenizer_texts
 
     started = time.monotonic()
     tokenizer, model = build_tiny(tokenizer_texts(corpus), params, params.init_seed)
     examples, too_long = _examples(corpus, tokenizer, params)
-    copies = id_copy_examples(tokenizer, params.copy_examples, params.seed)
+    drawn = id_copy_examples(
+        tokenizer, params.copy_first_examples + params.copy_examples, params.seed
+    )
+    first, copies = drawn[: params.copy_first_examples], drawn[params.copy_first_examples :]
     examples += copies
     steps = params.epochs * math.ceil(len(examples) / params.micro_batch_size)
-    engine = _sft_engine(model, params, steps)
     hashes = {**data_hashes(params.heldout_dir), "corpus.sha256": corpus_hash(corpus)}
     run.begin(hashes, [(params.heldout_dir, "val", None)])  # what the probe reads
-
-    def step_done(step: int, loss: float) -> None:
-        if progress is not None:
-            progress(step, loss)
-        if params.snapshot_dir and step % params.snapshot_every == 0:
-            save_checkpoint(model, tokenizer, str(Path(params.snapshot_dir) / f"step-{step:06d}"))
-
-    torch.manual_seed(params.init_seed)
-    losses = sft(
-        engine,
-        examples,
-        epochs=params.epochs,
-        micro_batch_size=params.micro_batch_size,
-        pad_id=tokenizer.pad_token_id,
-        seed=params.init_seed,
-        group_by_length=params.group_by_length,
-        progress=step_done,
-        on_step=run.step,
-    )
-    training = _training_record(params, examples, losses, time.monotonic() - started)
+    losses = _train(model, tokenizer, params, [first, examples], steps, progress, run)
+    tokens = params.epochs * _tokens(examples) + _tokens(first)
+    training = _training_record(tokens, losses, time.monotonic() - started)
     val = io.read_dataset(params.heldout_dir, ["val"])
     probe = value_probe(model, tokenizer, val)
     figures = {f"pretrain/value_probe/{k}": float(probe[k]) for k in VALUE_PROBE_FIGURES}
@@ -251,8 +233,9 @@ def _pretrain(
                 "sha256": corpus_hash(corpus),
                 "dropped_heldout_twins": dropped,
                 "too_long": too_long,
+                "copy_first_examples": len(first),
                 "copy_examples": len(copies),
-                "copy_examples_sha256": copy_examples_hash(copies),
+                "copy_examples_sha256": copy_examples_hash(drawn),
             },
             "training": training,
             "weights_mb": _megabytes(tmp),
@@ -263,6 +246,59 @@ def _pretrain(
         (tmp / CARD).write_text(json.dumps(card, indent=2, sort_keys=True) + "\n")
         (tmp / "README.md").write_text(_render_card(card))
     return card
+
+
+def _train(
+    model: Any,
+    tokenizer: Any,
+    params: PretrainParams,
+    phases: list[list[Any]],
+    steps: int,
+    progress: Any,
+    run: Any,
+) -> list[float]:
+    """The copy-only start (``phases[0]``, one pass, ``copy_first_lr``), then the corpus
+    with its copies (``phases[1]``, ``epochs`` passes, ``lr``: ``steps`` steps), each
+    with an engine of its own; steps number on across them. Returns every step's loss."""
+    import torch
+
+    from slca.training.sft import sft
+    from slca.training.tiny import save_checkpoint
+
+    first, examples = phases
+    # every step's loss of the phases before this one: their steps number on from it
+    done: list[float] = []
+
+    def step_done(step: int, loss: float) -> None:
+        if progress is not None:
+            progress(len(done) + step, loss)
+        if params.snapshot_dir and (len(done) + step) % params.snapshot_every == 0:
+            name = f"step-{len(done) + step:06d}"
+            save_checkpoint(model, tokenizer, str(Path(params.snapshot_dir) / name))
+
+    def logged(step: int, figures: dict[str, float]) -> None:
+        run.step(len(done) + step, figures)
+
+    if progress is not None and hasattr(progress, "start"):
+        progress.start(math.ceil(len(first) / params.micro_batch_size) + steps)
+    torch.manual_seed(params.init_seed)
+    settings = [(first, 1, params.copy_first_lr), (examples, params.epochs, params.lr)]
+    for phase_examples, epochs, lr in (p for p in settings if p[0]):
+        phase_steps = epochs * math.ceil(len(phase_examples) / params.micro_batch_size)
+        done.extend(
+            sft(
+                _sft_engine(model, params.model_copy(update={"lr": lr}), phase_steps),
+                phase_examples,
+                epochs=epochs,
+                micro_batch_size=params.micro_batch_size,
+                pad_id=tokenizer.pad_token_id,
+                seed=params.init_seed,
+                group_by_length=params.group_by_length,
+                progress=step_done,
+                on_step=logged,
+            )
+        )
+    return done
 
 
 def _check_weight_size(params: PretrainParams) -> None:
@@ -316,16 +352,18 @@ def _sft_engine(model: Any, params: PretrainParams, steps: int) -> Any:
     )
 
 
-def _training_record(
-    params: PretrainParams, examples: Sequence[Any], losses: Sequence[float], wall: float
-) -> dict[str, Any]:
+def _tokens(examples: Sequence[Any]) -> int:
+    return sum(len(e.token_ids) for e in examples)
+
+
+def _training_record(tokens: int, losses: Sequence[float], wall: float) -> dict[str, Any]:
     """The card's ``training`` section: steps, tokens, wall time, first and last loss."""
     import torch
 
     window = max(1, len(losses) // 20)
     return {
         "steps": len(losses),
-        "tokens": params.epochs * sum(len(e.token_ids) for e in examples),
+        "tokens": tokens,
         "wall_s": round(wall, 1),
         "first_loss": sum(losses[:window]) / window,
         "last_loss": sum(losses[-window:]) / window,

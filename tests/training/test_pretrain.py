@@ -230,6 +230,7 @@ def pretrained(tiny_tasks, tmp_path_factory):
         "out_dir": str(out / "base"),
         "snapshot_dir": str(out / "snapshots"),
         "snapshot_every": 2,
+        "copy_first_examples": 8,
         "copy_examples": 6,
         "group_by_length": True,
     }
@@ -295,8 +296,12 @@ def test_the_pretrain_is_an_mlflow_run_whose_base_is_a_registered_version(pretra
 
 def test_the_card_records_training_weights_and_the_value_probe(pretrained):
     params, card = pretrained
+    # the copy-only start, then the corpus and its copies for every epoch
     trained = card["corpus"]["tasks"] - card["corpus"]["too_long"] + params.copy_examples
-    assert card["training"]["steps"] == math.ceil(trained / params.micro_batch_size)
+    first = math.ceil(params.copy_first_examples / params.micro_batch_size)
+    per_epoch = math.ceil(trained / params.micro_batch_size)
+    assert card["training"]["steps"] == first + params.epochs * per_epoch
+    assert card["corpus"]["copy_first_examples"] == params.copy_first_examples
     assert card["corpus"]["copy_examples"] == params.copy_examples
     assert card["training"]["tokens"] > 0 and card["training"]["wall_s"] >= 0
     # the ceiling's estimate is the size written (the tokenizer adds a few tokens)
@@ -441,7 +446,9 @@ def test_the_shipped_corpus_is_its_recipes_and_holds_no_demo_heldout_message(dem
 
     tokenizer = AutoTokenizer.from_pretrained(SHIPPED)
     recipe = PretrainParams.model_validate(card["recipe"])
-    copies = id_copy_examples(tokenizer, recipe.copy_examples, recipe.seed)
+    copies = id_copy_examples(
+        tokenizer, recipe.copy_first_examples + recipe.copy_examples, recipe.seed
+    )
     assert copy_examples_hash(copies) == card["corpus"].get(
         "copy_examples_sha256", copy_examples_hash([])
     )
