@@ -211,10 +211,9 @@ def _pretrain(
     )
     first, copies = drawn[: params.copy_first_examples], drawn[params.copy_first_examples :]
     examples += copies
-    steps = params.epochs * math.ceil(len(examples) / params.micro_batch_size)
     hashes = {**data_hashes(params.heldout_dir), "corpus.sha256": corpus_hash(corpus)}
     run.begin(hashes, [(params.heldout_dir, "val", None)])  # what the probe reads
-    losses = _train(model, tokenizer, params, [first, examples], steps, progress, run)
+    losses = _train(model, tokenizer, params, [first, examples], progress, run)
     tokens = params.epochs * _tokens(examples) + _tokens(first)
     training = _training_record(tokens, losses, time.monotonic() - started)
     val = io.read_dataset(params.heldout_dir, ["val"])
@@ -253,12 +252,11 @@ def _train(
     tokenizer: Any,
     params: PretrainParams,
     phases: list[list[Any]],
-    steps: int,
     progress: Any,
     run: Any,
 ) -> list[float]:
     """The copy-only start (``phases[0]``, one pass, ``copy_first_lr``), then the corpus
-    with its copies (``phases[1]``, ``epochs`` passes, ``lr``: ``steps`` steps), each
+    with its copies (``phases[1]``, ``epochs`` passes, ``lr``), each
     with an engine of its own; steps number on across them. Returns every step's loss."""
     import torch
 
@@ -279,12 +277,16 @@ def _train(
     def logged(step: int, figures: dict[str, float]) -> None:
         run.step(len(done) + step, figures)
 
-    if progress is not None and hasattr(progress, "start"):
-        progress.start(math.ceil(len(first) / params.micro_batch_size) + steps)
-    torch.manual_seed(params.init_seed)
     settings = [(first, 1, params.copy_first_lr), (examples, params.epochs, params.lr)]
-    for phase_examples, epochs, lr in (p for p in settings if p[0]):
-        phase_steps = epochs * math.ceil(len(phase_examples) / params.micro_batch_size)
+    settings = [
+        (e, epochs, lr, epochs * math.ceil(len(e) / params.micro_batch_size))
+        for e, epochs, lr in settings
+        if e
+    ]
+    if progress is not None and hasattr(progress, "start"):
+        progress.start(sum(s[3] for s in settings))
+    torch.manual_seed(params.init_seed)
+    for phase_examples, epochs, lr, phase_steps in settings:
         done.extend(
             sft(
                 _sft_engine(model, params.model_copy(update={"lr": lr}), phase_steps),
