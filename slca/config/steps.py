@@ -109,10 +109,10 @@ class PretrainParams(StrictModel):
     """The generator's seed (the demo's tasks use prepare.seed, 13)."""
     synth: CorpusSynthParams = Field(default_factory=CorpusSynthParams)
     """The generator's settings: 16,000 tasks with wide values."""
-    group_by_length: bool = False
+    group_by_length: bool = True
     """As sft.group_by_length: batches of near lengths. The short copy examples then
     make batches of their own instead of padding to a task's length in random ones."""
-    copy_first_examples: int = Field(0, ge=0)
+    copy_first_examples: int = Field(16000, ge=0)
     """Copy examples trained alone, before the corpus (``copy_first_lr``, cosine over
     their steps, micro_batch_size each): from a random init copies alone form the
     digit-copy circuit within ~2,000 steps, which 30,000 copies beside the corpus did
@@ -121,7 +121,7 @@ class PretrainParams(StrictModel):
     copy_first_lr: float = Field(1e-3, gt=0)
     """AdamW peak rate of the copy-only start (``warmup_steps``, then a cosine to
     ``min_lr_ratio`` of it over its steps)."""
-    copy_examples: int = Field(0, ge=0)
+    copy_examples: int = Field(8000, ge=0)
     """Made-up id lists written again after a key, trained beside the corpus
     (slca.training.copy_examples), drawn from ``seed``: the corpus alone never taught the
     3-layer base to copy an id of digits (0 of 49 order ids on val). 0: none."""
