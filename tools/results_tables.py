@@ -104,13 +104,29 @@ def report_link(rel: str, page_dir: str = "results") -> str:
 
 PAIRED = "paired, 95 % BCa"
 DEMO_EXPERIMENT = "experiments/2026-12-06-pretrained-demo-base.md"
+COPY_BASE_EXPERIMENT = "experiments/2026-12-06-id-copy-examples.md"
+COPY_BASE_DEMO = (
+    "benchmarks/make-demo.md#on-the-base-with-id-copies-the-deciding-runs-2026-12-06-session-23"
+)
 
 # Rows of "Does RL beat SFT?": a ``report`` row reads its figures from
 # docs/results/<report>/summary.json; a ``typed`` row has no JSON report.
 RL_VS_SFT = [
     {
         "typed": [
-            "demo base, 1-epoch SFT (`dvc repro`, params.yaml)",
+            "demo base with id copies, 1-epoch SFT (`make demo`, params.yaml)",
+            "`bfa44ce`",
+            "0",
+            "100 synth test",
+            "+12 [+4, +21] (43 → 55)",
+            "+13 [+5, +22] (43 → 56)",
+            PAIRED,
+            f"[experiment]({COPY_BASE_EXPERIMENT}), [`make demo`]({COPY_BASE_DEMO})",
+        ]
+    },
+    {
+        "typed": [
+            "old demo base, 1-epoch SFT (`dvc repro`, params.yaml)",
             "`8b9b115`",
             "0",
             "100 synth test",
@@ -152,7 +168,19 @@ SLCA_VS_GRPO = [
     },
     {
         "typed": [
-            "demo base, `dvc repro`",
+            "demo base with id copies, `make demo`",
+            "`bfa44ce`",
+            "0",
+            "100 synth test",
+            "+1 [−2, +5] (55 and 56)",
+            PAIRED,
+            "not met",
+            f"[`make demo`]({COPY_BASE_DEMO})",
+        ]
+    },
+    {
+        "typed": [
+            "old demo base, `dvc repro`",
             "`8b9b115`",
             "0",
             "100 synth test",
