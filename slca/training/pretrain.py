@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import shutil
 import subprocess
 import time
@@ -260,7 +259,7 @@ def _train(
     with an engine of its own; steps number on across them. Returns every step's loss."""
     import torch
 
-    from slca.training.sft import sft
+    from slca.training.sft import sft, sft_steps
     from slca.training.tiny import save_checkpoint
 
     first, examples = phases
@@ -277,14 +276,16 @@ def _train(
     def logged(step: int, figures: dict[str, float]) -> None:
         run.step(len(done) + step, figures)
 
-    settings = [(first, 1, params.copy_first_lr), (examples, params.epochs, params.lr)]
     settings = [
-        (e, epochs, lr, epochs * math.ceil(len(e) / params.micro_batch_size))
-        for e, epochs, lr in settings
-        if e
+        (phase, epochs, lr, sft_steps(len(phase), epochs, params.micro_batch_size))
+        for phase, epochs, lr in (
+            (first, 1, params.copy_first_lr),
+            (examples, params.epochs, params.lr),
+        )
+        if phase
     ]
     if progress is not None and hasattr(progress, "start"):
-        progress.start(sum(s[3] for s in settings))
+        progress.start(sum(steps for *_, steps in settings))
     torch.manual_seed(params.init_seed)
     for phase_examples, epochs, lr, phase_steps in settings:
         done.extend(

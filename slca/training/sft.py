@@ -79,6 +79,11 @@ def pad_batch(
     return ids, attention, mask
 
 
+def sft_steps(n_examples: int, epochs: int, micro_batch_size: int) -> int:
+    """The optimizer steps :func:`sft` takes: a batch of up to ``micro_batch_size`` each."""
+    return epochs * -(-n_examples // micro_batch_size)
+
+
 def sft(
     update: Any,
     examples: Sequence[SFTExample],
@@ -109,8 +114,7 @@ def sft(
     lengths = [len(e.token_ids) for e in examples]
     losses = []
     if progress is not None and hasattr(progress, "start"):
-        per_epoch = -(-len(examples) // micro_batch_size)
-        progress.start(epochs * per_epoch)
+        progress.start(sft_steps(len(examples), epochs, micro_batch_size))
     for epoch in range(epochs):
         rng = random.Random(f"{seed}:{epoch}")
         rng.shuffle(order)
