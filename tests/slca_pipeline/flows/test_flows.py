@@ -255,19 +255,31 @@ def test_each_rl_cycle_runs_as_rollout_score_and_update_tasks(runs):
     )
     assert state.is_completed()
 
-    async def task_names():
+    async def task_runs():
         async with get_client() as client:
             flow_run = FlowRunFilter(id=FlowRunFilterId(any_=[state.state_details.flow_run_id]))
-            return sorted(
-                r.name.rsplit("-", 1)[0]
-                for r in await client.read_task_runs(flow_run_filter=flow_run)
-            )
+            return await client.read_task_runs(flow_run_filter=flow_run)
 
-    names = asyncio.run(task_names())
+    runs_ = asyncio.run(task_runs())
+    kind = {r.id: r.name.rsplit("-", 1)[0] for r in runs_}
+    names = sorted(kind.values())
     # validation gates training: the flow runs (here: a cache hit) validate first; the
     # RL stage is one cached `train` task whose cycles run as its own tasks
     expected = ["validate", "train", *["rollout", "score", "update"] * 2]
     assert names == sorted(expected), names
+    # the rollouts and scores go in opaque() (not walked token by token), and each task
+    # still names the one whose result it took: the graph keeps its edges
+    edges = {
+        (kind[r.id], arg): sorted(kind[i.id] for i in inputs)
+        for r in runs_
+        for arg, inputs in r.task_inputs.items()
+        if kind[r.id] in ("score", "update") and inputs and arg != "__parents__"
+    }
+    assert edges == {
+        ("score", "sampled"): ["rollout"],
+        ("update", "sampled"): ["rollout"],
+        ("update", "scores"): ["score"],
+    }, edges
 
 
 def test_cli_eval_and_report_on_the_pipeline_models(runs, monkeypatch, tmp_path):
