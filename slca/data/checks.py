@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import copy
 import json
+import re
+from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
 
+import jsonschema_rs
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
@@ -37,10 +40,63 @@ def validator_for(schema: dict[str, Any]) -> Draft202012Validator:
     return _validator(json.dumps(schema, sort_keys=True))
 
 
+# The structure of a schema (every keyword's type and shape) against the same 2020-12
+# meta-schema ``jsonschema`` checks, in Rust: ~0.03 ms a schema where ``check_schema``
+# takes ~5 ms (its $dynamicRef resolution), 2,914 distinct schemas in the demo's data.
+# Formats are left to Python: of those the meta-schema names (regex, uri, uri-reference),
+# ``jsonschema`` checks "regex" (re.compile), and uri ones only with rfc3987 installed.
+_STRUCTURE = jsonschema_rs.Draft202012Validator(
+    Draft202012Validator.META_SCHEMA, validate_formats=False
+)
+_FAST_META_CHECK = not {"uri", "uri-reference"} & set(Draft202012Validator.FORMAT_CHECKER.checkers)
+
+
+def _regex_candidates(node: Any) -> Iterator[str]:
+    """Every string that could sit where the meta-schema asks for format "regex": each
+    string under a "pattern" key and each key of a "patternProperties" object, wherever
+    they are (a superset: a "pattern" inside a default or enum value is included too)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "pattern" and isinstance(value, str):
+                yield value
+            elif key == "patternProperties" and isinstance(value, dict):
+                yield from value
+            yield from _regex_candidates(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _regex_candidates(item)
+
+
+def _compiles(pattern: str) -> bool:
+    try:
+        re.compile(pattern)
+    except (re.error, RecursionError, OverflowError):
+        return False
+    return True
+
+
+def _surely_valid(schema: Any) -> bool:
+    """True only where ``check_schema`` would pass: the Rust check finds the structure
+    valid and every regex candidate compiles with Python's ``re`` (what ``jsonschema``'s
+    "regex" format runs). False means "ask ``jsonschema``", never "invalid"."""
+    try:
+        if not _FAST_META_CHECK or not _STRUCTURE.is_valid(schema):
+            return False
+        return all(_compiles(p) for p in _regex_candidates(schema))
+    except (RecursionError, ValueError):  # jsonschema decides, and says why
+        return False
+
+
 @lru_cache(maxsize=4096)
 def _schema_error(schema_json: str) -> str | None:
+    """``jsonschema``'s verdict on one schema, as a message (None: valid). Its slow
+    meta-check runs only where the fast one cannot vouch for the schema, so the verdict
+    and the message are always ``jsonschema``'s."""
     try:
-        Draft202012Validator.check_schema(json.loads(schema_json))
+        schema = json.loads(schema_json)
+        if _surely_valid(schema):
+            return None
+        Draft202012Validator.check_schema(schema)
     except SchemaError as e:
         path = "/".join(str(p) for p in e.path)
         return f"invalid JSON Schema at '{path}': {e.message}"
