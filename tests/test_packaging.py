@@ -87,3 +87,60 @@ def test_the_wheel_ships_the_pipeline_under_the_projects_own_name(tmp_path):
     assert top == {"slca", "slca_pipeline"}
     for module in ("flows/pipeline.py", "flows/train.py", "tasks/steps.py", "tasks/training.py"):
         assert f"slca_pipeline/{module}" in names
+
+
+def _pins() -> dict[str, str]:
+    """constraints.txt as {canonical name: version}."""
+    from packaging.utils import canonicalize_name
+
+    pins = {}
+    for line in (REPO / "constraints.txt").read_text().splitlines():
+        requirement = line.split(";")[0].strip()
+        if requirement and not requirement.startswith("#") and "==" in requirement:
+            name, version = requirement.split("==")
+            pins[canonicalize_name(name)] = version.strip()
+    return pins
+
+
+def _requirements(extras: tuple[str, ...]) -> list:
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    lines = project["dependencies"] + [r for e in extras for r in project["optional-dependencies"][e]]
+    return [Requirement(line) for line in lines]
+
+
+def test_constraints_pin_every_requirement_of_the_project_within_its_range():
+    """`make constraints` wrote constraints.txt from pyproject.toml; a requirement added or
+    moved since then without rerunning it fails here, naming the requirement."""
+    from packaging.utils import canonicalize_name
+
+    pins = _pins()
+    linux_311 = {"python_version": "3.11", "python_full_version": "3.11.0", "sys_platform": "linux"}
+    linux_311 |= {"platform_machine": "x86_64", "platform_system": "Linux"}
+    stale = []
+    for requirement in _requirements(("dev", "data", "vllm-cpu")):
+        if requirement.marker is not None and not requirement.marker.evaluate(linux_311):
+            continue
+        pin = pins.get(canonicalize_name(requirement.name))
+        if pin is None or not requirement.specifier.contains(pin, prereleases=True):
+            stale.append(f"{requirement} (constraints.txt: {pin})")
+    assert stale == [], "rerun `make constraints`: " + "; ".join(stale)
+    assert pins["torch"].split("+")[0] == "2.13.0"  # the wheel the Makefile installs first
+
+
+def test_the_environment_holds_the_pinned_versions():
+    """`make` installs through constraints.txt, so every pinned package present here is at
+    its pinned version: the tests run the code `make demo` runs (ADR 0089)."""
+    from importlib.metadata import distributions
+
+    from packaging.utils import canonicalize_name
+
+    pins = _pins()
+    installed = {canonicalize_name(d.metadata["Name"]): d.version for d in distributions()}
+    if "vllm-cpu" not in installed:
+        pytest.skip("not a `make` environment (vllm-cpu is not installed)")
+    off = {n: (v, pins[n]) for n, v in installed.items() if n in pins and v != pins[n]}
+    assert off == {}, "installed (version, pin): rerun `make` or `make constraints`"
