@@ -148,6 +148,9 @@ def load_causal_lm(
         tokenizer = load_tokenizer(src)
     except (OSError, ValueError) as exc:
         raise ModelNotFoundError(f"model source {str(src)!r}: tokenizer: {exc}") from exc
+    from slca.attention import attend_with_cpu_gqa
+
+    attend_with_cpu_gqa(model)  # the same numbers, without copying the KV cache per step
     model.to(device)
     model.eval()
     if tokenizer.pad_token_id is None and tokenizer.eos_token_id is not None:

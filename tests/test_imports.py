@@ -205,6 +205,7 @@ def test_the_graph_sees_package_inits_and_skips_type_checking(tmp_path):
 
 BASE = (
     "slca.atomic",
+    "slca.attention",
     "slca.faults",
     "slca.grammar",
     "slca.jsonutil",
@@ -215,7 +216,8 @@ BASE = (
     "slca.registry",
 )
 """Top-level modules that are plumbing every floor may use: files, locks, processes,
-progress reports, faults, the tool-call grammar, model loading, the registry class."""
+progress reports, faults, the tool-call grammar, model loading and the attention it
+sets, the registry class."""
 
 ALGORITHM = ("slca.advantages", "slca.group_stats", "slca.losses", "slca.segments")
 """Top-level modules of the RL arithmetic: segments, group statistics, estimators, loss."""

@@ -108,7 +108,9 @@ def _requirements(extras: tuple[str, ...]) -> list:
     from packaging.requirements import Requirement
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    lines = project["dependencies"] + [r for e in extras for r in project["optional-dependencies"][e]]
+    lines = project["dependencies"] + [
+        r for e in extras for r in project["optional-dependencies"][e]
+    ]
     return [Requirement(line) for line in lines]
 
 
