@@ -25,7 +25,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 PR_SET_PDEATHSIG = 1
 GRACE_S = 10.0
@@ -143,6 +144,55 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def stop_signals_wait() -> Iterator[None]:
+    """A stop signal (SIGINT, SIGTERM) that arrives inside the block is handled when the
+    block ends, by the handler that was in place (``KeyboardInterrupt``, Prefect's
+    ``TerminationSignal``, :func:`end_like_ctrl_c`'s); a second one is handled at once,
+    so a hung call still gives way to a repeated Ctrl-C.
+
+    For calls into the tracking store: an exception raised in the middle of a SQLite
+    read keeps its cursor alive in the traceback, and with it a shared lock, so the
+    cleanup's write (the run ending KILLED) waited 20 s for ``database is locked`` and
+    left the run RUNNING. Outside the main thread (where Python delivers no signal) the
+    block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[tuple[int, Any]] = []
+    # None: a handler installed outside Python, which cannot be put back; left alone
+    previous = {sig: h for sig in STOP_SIGNALS if (h := signal.getsignal(sig)) is not None}
+
+    def hold(signum: int, frame: Any) -> None:
+        held.append((signum, frame))
+        if len(held) > 1:  # a second stop: no more waiting
+            _handle(previous[signum], signum, frame)
+
+    for sig in previous:
+        signal.signal(sig, hold)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if len(held) == 1:
+            signum, frame = held[0]
+            _handle(previous[signum], signum, frame)
+
+
+def _handle(handler: Any, signum: int, frame: Any) -> None:
+    """What the process would have done on ``signum`` with ``handler`` installed."""
+    if callable(handler):
+        handler(signum, frame)
+    elif handler == signal.SIG_DFL:
+        signal.signal(signum, signal.SIG_DFL)
+        signal.raise_signal(signum)
+    # SIG_IGN, or None (a handler not installed from Python): nothing to do
 
 
 def stopped_from_outside(exc: BaseException | None) -> bool:

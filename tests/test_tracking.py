@@ -8,6 +8,7 @@ import hashlib
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import warnings
@@ -213,6 +214,45 @@ def test_a_stop_from_outside_ends_the_run_killed_and_an_error_failed(
             raise stop()
     run = MlflowClient(tracking_uri=sqlite_uri(store)).get_run(run_id)
     assert run.info.status == status and run.info.end_time is not None
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_in_the_middle_of_a_store_read_ends_the_run_killed_at_once(
+    store, experiment, signum
+):
+    """The signal lands after SQLite stepped a SELECT and before its rows were read: cut
+    off there, the cursor stayed alive in the traceback, holding SQLite's shared lock, so
+    ending the run KILLED waited 20 s for ``database is locked`` and left it RUNNING."""
+    from sqlalchemy import event
+
+    tracker = Tracker(store, experiment=experiment)
+    engine = tracker.client._tracking_client.store.engine
+    armed = []
+
+    def stop_mid_read(conn, cursor, statement, *rest):
+        if armed and statement.lstrip().upper().startswith("SELECT"):
+            armed.clear()
+            signal.raise_signal(signum)
+
+    event.listen(engine, "after_cursor_execute", stop_mid_read)
+    previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with tracker:
+                tracker.start(run_name="stopped mid-read")
+                run_id = tracker.run_id
+                armed.append(True)
+                tracker.client.get_run(run_id)
+                pytest.fail("the read returned and the stop was not handled")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        event.remove(engine, "after_cursor_execute", stop_mid_read)
+    assert armed == []  # the signal was sent mid-read
+    assert MlflowClient(tracking_uri=sqlite_uri(store)).get_run(run_id).info.status == "KILLED"
+
+
+def _raise_keyboard_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _error_while_stopping():

@@ -20,7 +20,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from slca.locks import ExclusiveLock
-from slca.processes import stopped_from_outside
+from slca.processes import stop_signals_wait, stopped_from_outside
 from slca.tracking.additions import add_to_run as _add_to_run
 from slca.tracking.figures import write_histograms
 from slca.tracking.params import param_value, plain, run_params
@@ -43,6 +43,26 @@ CONFIG_ARTIFACT = "config/resolved.yaml"
 NONFINITE_METRIC = "tracking/nonfinite_metrics"
 STATUSES = ("FINISHED", "FAILED", "KILLED")
 _BATCH = 100  # MLflow accepts at most 100 params/tags per batch (1000 metrics)
+
+
+class _Whole:
+    """An ``MlflowClient`` whose every call runs whole: a stop signal arriving meanwhile
+    is handled when the call returns (:func:`slca.processes.stop_signals_wait`), so no
+    store read is cut off holding SQLite's lock against the run's own ending."""
+
+    def __init__(self, client: MlflowClient):
+        self._client = client
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._client, name)
+        if not callable(attribute):
+            return attribute
+
+        def whole(*args: Any, **kwargs: Any) -> Any:
+            with stop_signals_wait():
+                return attribute(*args, **kwargs)
+
+        return whole
 
 
 class Tracker:
@@ -88,7 +108,7 @@ class Tracker:
         else:  # a tracking server serialises its writers itself
             self.artifact_location = None
         ensure_store(self.tracking_uri)  # a client creates (migrates) the store at once
-        self.client = MlflowClient(tracking_uri=self.tracking_uri)
+        self.client = _Whole(MlflowClient(tracking_uri=self.tracking_uri))
         self.run_id: str | None = None
         self.experiment_id: str | None = None
         self.resumed = False
@@ -202,7 +222,8 @@ class Tracker:
                     f"{k}: run has {a!r}, this one {b!r}" for k, (a, b) in differing.items()
                 )
                 raise ValueError(f"cannot resume run {resume_run_id!r}: another run ({said})")
-            run = mlflow.start_run(run_id=resume_run_id, log_system_metrics=False)
+            with stop_signals_wait():
+                run = mlflow.start_run(run_id=resume_run_id, log_system_metrics=False)
             self.run_id = run.info.run_id
             self.resumed = True
             for key in previous.data.metrics:
@@ -213,12 +234,13 @@ class Tracker:
             count = int(previous.data.tags.get("slca.resume_count", "0")) + 1
             self.client.set_tag(self.run_id, "slca.resume_count", str(count))
         else:
-            run = mlflow.start_run(
-                experiment_id=self.experiment_id,
-                run_name=run_name,
-                tags=dict(tags or {}),
-                log_system_metrics=False,  # slca's interval, below, not the environment's
-            )
+            with stop_signals_wait():
+                run = mlflow.start_run(
+                    experiment_id=self.experiment_id,
+                    run_name=run_name,
+                    tags=dict(tags or {}),
+                    log_system_metrics=False,  # slca's interval, below, not the environment's
+                )
             self.run_id = run.info.run_id
         if self.system_metrics_s is not None:
             from slca.tracking.system import start_monitor
@@ -241,7 +263,8 @@ class Tracker:
             self._monitor = None
             try:
                 if active is not None and active.info.run_id == self.run_id:
-                    mlflow.end_run(status)
+                    with stop_signals_wait():
+                        mlflow.end_run(status)
                 else:
                     self.client.set_terminated(self.run_id, status)
             finally:
