@@ -64,6 +64,32 @@ def test_greedy_picks_the_argmax(model, tokenizer):
     assert g.token_ids == [int(logits.argmax())]
 
 
+def test_greedy_chunks_take_prompts_by_length_and_answer_in_the_given_order(
+    model, tokenizer, monkeypatch
+):
+    texts = ("Book a flight to Oslo now", "Hi", "Weather in Rome?", "Ok", "Cancel order 12")
+    given = [tokenizer.encode(t) for t in texts]
+    engine = HFEngine(model, tokenizer, batch_size=2)
+    chunks = []
+    generate_chunk = engine._generate_chunk
+    monkeypatch.setattr(
+        engine,
+        "_generate_chunk",
+        lambda chunk, *a: chunks.append(chunk) or generate_chunk(chunk, *a),
+    )
+    greedy = SamplingParams(max_new_tokens=6, temperature=0)
+    batched = engine.generate(given, greedy)
+    assert [len(p) for chunk in chunks for p in chunk] == sorted(len(p) for p in given)
+    alone = [HFEngine(model, tokenizer).generate([p], greedy)[0] for p in given]
+    assert [g.token_ids for g in batched] == [g.token_ids for g in alone]
+    for b, a in zip(batched, alone):
+        torch.testing.assert_close(torch.tensor(b.logprobs), torch.tensor(a.logprobs))
+
+    chunks.clear()  # sampling: a chunk's draws depend on its rows, so the order stays
+    engine.generate(given, SamplingParams(max_new_tokens=6, temperature=0.8, seed=3))
+    assert [p for chunk in chunks for p in chunk] == given
+
+
 def test_engine_needs_a_pad_token(model, tokenizer):
     class NoPad:
         pad_token_id = None
