@@ -49,7 +49,16 @@ def test_a_second_stop_is_handled_at_once(handled):
     assert finished == [] and handled == [signal.SIGTERM]
 
 
-def test_ctrl_c_waits_too_and_blocks_nest():
+@pytest.fixture
+def ctrl_c():
+    """Python's own Ctrl-C handler; a process started in the background (CI's) begins
+    with SIGINT ignored, which Python then leaves as it is."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_waits_too_and_blocks_nest(ctrl_c):
     finished = []
     with pytest.raises(KeyboardInterrupt):
         with stop_signals_wait():
@@ -71,7 +80,7 @@ def test_an_ignored_signal_stays_ignored():
         signal.signal(signal.SIGTERM, previous)
 
 
-def test_outside_the_main_thread_the_block_runs_as_it_is():
+def test_outside_the_main_thread_the_block_runs_as_it_is(ctrl_c):
     seen = []
 
     def body():

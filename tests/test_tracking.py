@@ -235,7 +235,8 @@ def test_a_stop_signal_in_the_middle_of_a_store_read_ends_the_run_killed_at_once
             signal.raise_signal(signum)
 
     event.listen(engine, "after_cursor_execute", stop_mid_read)
-    previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    # both as Ctrl-C ends a run (a CI process started in the background ignores SIGINT)
+    previous = signal.signal(signum, _raise_keyboard_interrupt)
     try:
         with pytest.raises(KeyboardInterrupt):
             with tracker:
@@ -245,7 +246,7 @@ def test_a_stop_signal_in_the_middle_of_a_store_read_ends_the_run_killed_at_once
                 tracker.client.get_run(run_id)
                 pytest.fail("the read returned and the stop was not handled")
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signum, previous)
         event.remove(engine, "after_cursor_execute", stop_mid_read)
     assert armed == []  # the signal was sent mid-read
     assert MlflowClient(tracking_uri=sqlite_uri(store)).get_run(run_id).info.status == "KILLED"

@@ -1,5 +1,5 @@
-"""Where a run is stored: the tracking URI, the SQLite store's locks and creation, and
-the completion markers of artifact folders."""
+"""Where a run is stored: the tracking URI, the SQLite store's locks and creation, the
+completion markers of artifact folders, and a client whose calls a stop cannot cut."""
 
 from __future__ import annotations
 
@@ -7,11 +7,13 @@ import os
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from slca.locks import ExclusiveLock
+from slca.processes import stop_signals_wait
 
 DEFAULT_DIRECTORY = Path("mlflow")
 """Where the default SQLite store and its artifacts live (relative to the working dir)."""
@@ -102,3 +104,23 @@ def log_text(client: MlflowClient, run_id: str, text: str, artifact_file: str) -
         path = Path(tmp) / name
         path.write_text(text, encoding="utf-8")
         client.log_artifact(run_id, str(path), directory or None)
+
+
+class WholeCalls:
+    """An ``MlflowClient`` whose every call runs whole: a stop signal arriving meanwhile
+    is handled when the call returns (:func:`slca.processes.stop_signals_wait`), so no
+    store read is cut off holding SQLite's lock against the run's own ending."""
+
+    def __init__(self, client: MlflowClient):
+        self._client = client
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._client, name)
+        if not callable(attribute):
+            return attribute
+
+        def whole(*args: Any, **kwargs: Any) -> Any:
+            with stop_signals_wait():
+                return attribute(*args, **kwargs)
+
+        return whole

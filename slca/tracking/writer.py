@@ -30,6 +30,7 @@ from slca.tracking.queries import metric_history
 from slca.tracking.store import (
     DEFAULT_DIRECTORY,
     WRITER_LOCK,
+    WholeCalls,
     completed_dirs,
     delete_partial,
     ensure_store,
@@ -43,26 +44,6 @@ CONFIG_ARTIFACT = "config/resolved.yaml"
 NONFINITE_METRIC = "tracking/nonfinite_metrics"
 STATUSES = ("FINISHED", "FAILED", "KILLED")
 _BATCH = 100  # MLflow accepts at most 100 params/tags per batch (1000 metrics)
-
-
-class _Whole:
-    """An ``MlflowClient`` whose every call runs whole: a stop signal arriving meanwhile
-    is handled when the call returns (:func:`slca.processes.stop_signals_wait`), so no
-    store read is cut off holding SQLite's lock against the run's own ending."""
-
-    def __init__(self, client: MlflowClient):
-        self._client = client
-
-    def __getattr__(self, name: str) -> Any:
-        attribute = getattr(self._client, name)
-        if not callable(attribute):
-            return attribute
-
-        def whole(*args: Any, **kwargs: Any) -> Any:
-            with stop_signals_wait():
-                return attribute(*args, **kwargs)
-
-        return whole
 
 
 class Tracker:
@@ -108,7 +89,7 @@ class Tracker:
         else:  # a tracking server serialises its writers itself
             self.artifact_location = None
         ensure_store(self.tracking_uri)  # a client creates (migrates) the store at once
-        self.client = _Whole(MlflowClient(tracking_uri=self.tracking_uri))
+        self.client = WholeCalls(MlflowClient(tracking_uri=self.tracking_uri))
         self.run_id: str | None = None
         self.experiment_id: str | None = None
         self.resumed = False
