@@ -22,6 +22,7 @@ process, so a script that builds one needs the ``if __name__ == "__main__":`` gu
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import importlib.util
@@ -240,6 +241,17 @@ def _environment(values: Mapping[str, str]) -> Iterator[None]:
                 os.environ[key] = value
 
 
+@functools.cache
+def _socket_folder() -> str:
+    """Where vLLM's processes put the ZMQ sockets they talk over (named by UUID), which
+    they leave behind when they stop: by default the system temp folder, which a worker
+    that starts engines all day would fill. One folder per process, removed at its exit;
+    one, not one per engine, since vLLM caches its settings once an engine has started."""
+    folder = tempfile.mkdtemp(prefix="slca-vllm-sockets-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
 class VLLMEngine:
     """Args:
     model: a local HF checkpoint directory.
@@ -301,7 +313,10 @@ class VLLMEngine:
             options["max_model_len"] = settings.max_model_len or max_model_len
         # Everything stays on loopback (vLLM otherwise advertises the host's address to
         # its own processes).
-        env = {"VLLM_HOST_IP": os.environ.get("VLLM_HOST_IP", "127.0.0.1")}
+        env = {
+            "VLLM_HOST_IP": os.environ.get("VLLM_HOST_IP", "127.0.0.1"),
+            "VLLM_RPC_BASE_PATH": os.environ.get("VLLM_RPC_BASE_PATH") or _socket_folder(),
+        }
         if settings.cpu_threads_bind is not None:
             env["VLLM_CPU_OMP_THREADS_BIND"] = settings.cpu_threads_bind
         with _environment(env):

@@ -166,3 +166,19 @@ def test_json_schema_constrains_the_continuation(engine, tokenizer, tasks):
         assert g.stopped
         text = tokenizer.decode(g.token_ids[:-1])
         jsonschema.validate(json.loads(text), schema)
+
+
+def test_vllms_sockets_go_to_a_folder_of_the_process_removed_at_its_exit(engine):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from slca.generation.vllm_engine import _socket_folder
+
+    folder = Path(_socket_folder())
+    assert any(entry.is_socket() for entry in folder.iterdir()), "vLLM did not use the folder"
+    named = "from slca.generation.vllm_engine import _socket_folder; print(_socket_folder())"
+    done = subprocess.run([sys.executable, "-c", named], capture_output=True, text=True, check=True)
+    other = Path(done.stdout.strip())
+    assert other.name.startswith("slca-vllm-sockets-") and other != folder
+    assert not other.exists()
