@@ -34,6 +34,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -268,11 +269,13 @@ def copy_histograms(args: argparse.Namespace) -> list[Path]:
         if not steps:
             continue
         last = max(steps, key=lambda f: int(f.path.rsplit("_", 1)[1]))
-        local = Path(client.download_artifacts(runs[0].info.run_id, last.path))
-        for png in sorted(local.glob("*.png")):
-            target = args.out / f"hist_{method}_{png.stem}.png"
-            shutil.copyfile(png, target)
-            copied.append(target)
+        # without dst_path MLflow downloads into a temp folder it never removes
+        with tempfile.TemporaryDirectory() as tmp:
+            local = Path(client.download_artifacts(runs[0].info.run_id, last.path, tmp))
+            for png in sorted(local.glob("*.png")):
+                target = args.out / f"hist_{method}_{png.stem}.png"
+                shutil.copyfile(png, target)
+                copied.append(target)
     return copied
 
 
@@ -341,8 +344,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--summary-scorer",
         choices=["reward_model", "grounded"],
         default="reward_model",
-        help="R_summary in training: a preference model trained first (the tiny policy "
-        "cannot ground answers, so under grounded its summaries all score ~0)",
+        help="R_summary in training: a preference model trained first (credit v2's "
+        "protocol, chosen when the CPU policies could not ground an answer), or the "
+        "grounded scorer the demo trains with",
     )
     parser.add_argument(
         "--validate-every",

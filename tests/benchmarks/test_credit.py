@@ -79,3 +79,35 @@ def test_the_lab_runs_through_the_documented_module_command():
     )
     assert done.returncode == 0, done.stderr
     assert "--spreads" in done.stdout and "GRPO against SLCA" in done.stdout
+
+
+def test_the_last_histograms_of_seed_0_are_copied_and_no_download_is_left(
+    tmp_path, monkeypatch
+):
+    import tempfile
+
+    from mlflow.tracking import MlflowClient
+
+    store = tmp_path / "mlflow"
+    store.mkdir()
+    client = MlflowClient(f"sqlite:///{store / 'mlflow.db'}")
+    experiment = client.create_experiment("credit", artifact_location=str(tmp_path / "art"))
+    run = client.create_run(experiment, run_name="slca-s0")
+    for step in (5, 15):
+        folder = tmp_path / f"step_{step}"
+        folder.mkdir()
+        (folder / "tool.png").write_bytes(f"step {step}".encode())
+        client.log_artifact(run.info.run_id, str(folder), "histograms")
+    client.set_terminated(run.info.run_id)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    args = parse("--methods", "slca", "--seeds", "0", "--tracking-dir", str(store),
+                 "--out", str(tmp_path / "out"))  # fmt: skip
+    args.out.mkdir()
+
+    copied = credit.copy_histograms(args)
+
+    assert [p.name for p in copied] == ["hist_slca_tool.png"]
+    assert copied[0].read_bytes() == b"step 15"
+    assert list(scratch.iterdir()) == []
