@@ -81,9 +81,7 @@ def test_the_lab_runs_through_the_documented_module_command():
     assert "--spreads" in done.stdout and "GRPO against SLCA" in done.stdout
 
 
-def test_the_last_histograms_of_seed_0_are_copied_and_no_download_is_left(
-    tmp_path, monkeypatch
-):
+def test_the_last_histograms_of_seed_0_are_copied_and_no_download_is_left(tmp_path, monkeypatch):
     import tempfile
 
     from mlflow.tracking import MlflowClient
