@@ -138,6 +138,18 @@ RL_VS_SFT = [
         ]
     },
     {
+        "label": "demo base with id copies, 1-epoch SFT, 16 steps at 1e-4, grounded "
+        "R_summary (the demo's; credit v2 harness)",
+        "commit": "43bbb8b",
+        "report": "credit-v2-base-grounded",
+    },
+    {
+        "label": "demo base with id copies, 1-epoch SFT, 16 steps at 1e-4, preference-model "
+        "R_summary (credit v2)",
+        "commit": "43bbb8b",
+        "report": "credit-v2-base",
+    },
+    {
         "label": "3-layer 8-epoch SFT, 16 steps at 1e-4 (credit v2)",
         "commit": "e3b9b4c",
         "report": "credit-v2-l3",
@@ -156,6 +168,16 @@ RL_VS_SFT = [
 
 # Rows of "Does SLCA beat GRPO?". The verdict of a report row is the target's rule.
 SLCA_VS_GRPO = [
+    {
+        "label": "demo base with id copies, credit v2 harness, grounded R_summary",
+        "commit": "43bbb8b",
+        "report": "credit-v2-base-grounded",
+    },
+    {
+        "label": "demo base with id copies, credit v2 (preference-model R_summary)",
+        "commit": "43bbb8b",
+        "report": "credit-v2-base",
+    },
     {
         "label": "3-layer 8-epoch SFT, credit v2",
         "commit": "e3b9b4c",
@@ -212,6 +234,8 @@ TARGET_POINTS = 2.5  # SLCA ≥ GRPO + 2.5 points with the interval above 0
 
 # The sentence under "Does SLCA beat GRPO?": redundant calls per task, SLCA − GRPO.
 REDUNDANT = [
+    ("credit-v2-base-grounded", "the demo base, grounded R_summary"),
+    ("credit-v2-base", "credit v2 on the demo base"),
     ("credit-v2-l3", "credit v2 on the 3-layer policy"),
     ("credit-v2", "credit v2 on the 2-layer default"),
     ("credit-v3-l3", "credit v3"),
@@ -314,12 +338,26 @@ def render_redundant(results: Path) -> str:
     return "Redundant calls per task, SLCA − GRPO: " + ", ".join(parts[:-1]) + f", {parts[-1]}."
 
 
+OTHER_ARMS = [("credit-v2-l3", "the 3-layer policy"), ("credit-v2-base", "the demo base")]
+
+
 def render_other_arms(results: Path) -> str:
-    d, rel = summary(results, "credit-v2-l3")
-    keys = ("paired", "vs_sft", "success_points")
-    toolpo = interval(d, rel, ("toolpo", *keys), 1)
-    rltr = interval(d, rel, ("rltr", *keys), 1)
-    return f"On the 3-layer policy (credit v2) ToolPO and RLTR beat SFT too ({toolpo} and {rltr})."
+    parts = []
+    for report, label in OTHER_ARMS:
+        d, rel = summary(results, report)
+        vs_sft = [
+            interval(d, rel, (arm, "paired", "vs_sft", "success_points"), 1)
+            for arm in ("toolpo", "rltr")
+        ]
+        vs_grpo = [
+            interval(d, rel, (arm, "paired", "vs_grpo", "success_points"), 1)
+            for arm in ("toolpo", "rltr")
+        ]
+        parts.append(
+            f"on {label} (credit v2), {vs_sft[0]} and {vs_sft[1]} against SFT, "
+            f"{vs_grpo[0]} and {vs_grpo[1]} against GRPO"
+        )
+    return "ToolPO and RLTR, " + "; ".join(parts) + "."
 
 
 # --- the credit lab and the bandit: steps to 0.9 ---------------------------------------------
