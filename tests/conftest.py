@@ -1,4 +1,6 @@
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -119,6 +121,7 @@ from helpers import tiny_params  # noqa: E402
 
 # before the first `import prefect`: settings are read when Prefect loads
 _HOME = tempfile.mkdtemp(prefix="slca-prefect-home-")
+atexit.register(shutil.rmtree, _HOME, ignore_errors=True)  # one per test process otherwise
 os.environ["PREFECT_HOME"] = _HOME
 os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
