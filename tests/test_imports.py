@@ -206,6 +206,7 @@ def test_the_graph_sees_package_inits_and_skips_type_checking(tmp_path):
 BASE = (
     "slca.atomic",
     "slca.attention",
+    "slca.cpu_kernels",
     "slca.faults",
     "slca.grammar",
     "slca.jsonutil",
@@ -217,7 +218,7 @@ BASE = (
 )
 """Top-level modules that are plumbing every floor may use: files, locks, processes,
 progress reports, faults, the tool-call grammar, model loading and the attention it
-sets, the registry class."""
+sets, the CPU kernels pinned at import, the registry class."""
 
 ALGORITHM = ("slca.advantages", "slca.group_stats", "slca.losses", "slca.segments")
 """Top-level modules of the RL arithmetic: segments, group statistics, estimators, loss."""
@@ -245,7 +246,8 @@ imports no implementation (registries check names through ``slca/config/names.py
 
 
 def room_of(module: str) -> str | None:
-    """The room (group) a module belongs to; None for the empty root package ``slca``."""
+    """The room (group) a module belongs to; None for the root package ``slca`` (it
+    only pins the CPU kernels)."""
     if module == "slca":
         return None
     top = ".".join(module.split(".")[:2])

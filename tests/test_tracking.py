@@ -138,6 +138,8 @@ def test_params_are_flattened_with_git_commit_data_hashes_and_full_config(store,
     assert params["data_hash.tasks"] == "md5:abc123"
     assert run.data.tags["data_hash.tasks"] == "md5:abc123"
     assert run.data.tags["mlflow.source.git.commit"] == head
+    # The kernels slca pinned at import (AVX2 on any x86-64 CPU that has it).
+    assert run.data.tags["slca.cpu_kernels"] == torch.backends.cpu.get_cpu_capability()
     saved = yaml.safe_load(
         (local_artifacts(sqlite_uri(store), run_id) / "config" / "resolved.yaml").read_text()
     )

@@ -46,3 +46,11 @@ def default_pip_requirements() -> list[str]:
             continue
         pins.append(f"{dist}=={version}")
     return pins
+
+
+def cpu_kernels() -> str:
+    """The CPU kernels torch runs (``AVX2`` where slca pinned them, slca/cpu_kernels.py):
+    runs on other kernels may differ in the last bits of every float."""
+    import torch
+
+    return torch.backends.cpu.get_cpu_capability()

@@ -25,7 +25,7 @@ from slca.tracking.additions import add_to_run as _add_to_run
 from slca.tracking.figures import write_histograms
 from slca.tracking.params import param_value, plain, run_params
 from slca.tracking.params import step_number as _step
-from slca.tracking.provenance import git_commit
+from slca.tracking.provenance import cpu_kernels, git_commit
 from slca.tracking.queries import metric_history
 from slca.tracking.store import (
     DEFAULT_DIRECTORY,
@@ -290,7 +290,7 @@ class Tracker:
         existing = self.client.get_run(run_id).data.params
         changed = sorted(k for k, v in params.items() if k in existing and existing[k] != v)
         new = {k: v for k, v in params.items() if k not in existing}
-        tags = {"mlflow.source.git.commit": commit}
+        tags = {"mlflow.source.git.commit": commit, "slca.cpu_kernels": cpu_kernels()}
         tags.update({f"data_hash.{k}": param_value(v) for k, v in hashes.items()})
         config_artifact = CONFIG_ARTIFACT
         if changed:

@@ -24,6 +24,7 @@ from slca.config import ConfigError
 from slca.config.steps import PRETRAIN_NOT_IN_RECIPE, PretrainParams
 from slca.data import io
 from slca.data.record import TaskRecord
+from slca.tracking.provenance import cpu_kernels
 
 CARD = "card.json"
 # A frozen DVC stage never runs, not even under `dvc repro -f`: it only checks its output
@@ -360,7 +361,8 @@ def _tokens(examples: Sequence[Any]) -> int:
 
 
 def _training_record(tokens: int, losses: Sequence[float], wall: float) -> dict[str, Any]:
-    """The card's ``training`` section: steps, tokens, wall time, first and last loss."""
+    """The card's ``training`` section: steps, tokens, wall time, first and last loss,
+    and the threads and CPU kernels (slca/cpu_kernels.py) that produced the weights."""
     import torch
 
     window = max(1, len(losses) // 20)
@@ -371,6 +373,7 @@ def _training_record(tokens: int, losses: Sequence[float], wall: float) -> dict[
         "first_loss": sum(losses[:window]) / window,
         "last_loss": sum(losses[-window:]) / window,
         "torch_threads": torch.get_num_threads(),
+        "cpu_kernels": cpu_kernels(),
     }
 
 

@@ -22,6 +22,7 @@ from slca.config.data import PrepareParams, SynthParams
 from slca.config.steps import PRETRAIN_NOT_IN_RECIPE, BaseModelParams, PretrainParams
 from slca.data import io
 from slca.data.synth import generate
+from slca.tracking.provenance import cpu_kernels
 from slca.training.copy_examples import copy_examples_hash, id_copy_examples
 from slca.training.pretrain import (
     CARD,
@@ -304,6 +305,7 @@ def test_the_card_records_training_weights_and_the_value_probe(pretrained):
     assert card["corpus"]["copy_first_examples"] == params.copy_first_examples
     assert card["corpus"]["copy_examples"] == params.copy_examples
     assert card["training"]["tokens"] > 0 and card["training"]["wall_s"] >= 0
+    assert card["training"]["cpu_kernels"] == cpu_kernels()
     # the ceiling's estimate is the size written (the tokenizer adds a few tokens)
     written = (Path(params.out_dir) / "model.safetensors").stat().st_size / 2**20
     assert card["weights_mb"] == round(written, 2)
