@@ -52,9 +52,10 @@ def pin_cpu_kernels(
     ``SLCA_CPU_KERNELS=native``; returns what it set. A user's own value always wins."""
     if environ.get(OPT_OUT, "").lower() == "native":
         return {}
-    if not (cpu_has_avx2() if avx2 is None else avx2):
-        return {}
     added = {name: value for name, value in PINS.items() if name not in environ}
+    # Checked last: a child of a pinned process inherits every pin and skips /proc/cpuinfo.
+    if not added or not (cpu_has_avx2() if avx2 is None else avx2):
+        return {}
     environ.update(added)
     if added and "torch" in sys.modules:
         _warn_if_torch_chose_already()

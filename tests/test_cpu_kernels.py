@@ -29,6 +29,16 @@ def test_a_users_own_setting_wins() -> None:
     assert environ["MKL_CBWR"] == "AVX2"
 
 
+def test_a_child_of_a_pinned_process_does_not_read_the_cpu_again(monkeypatch) -> None:
+    def unexpected() -> bool:
+        raise AssertionError("read /proc/cpuinfo with every pin already set")
+
+    monkeypatch.setattr(cpu_kernels, "cpu_has_avx2", unexpected)
+    environ = dict(PINS)
+    assert pin_cpu_kernels(environ) == {}
+    assert environ == PINS
+
+
 def test_native_leaves_the_libraries_their_choice() -> None:
     environ = {OPT_OUT: "Native"}
     assert pin_cpu_kernels(environ, avx2=True) == {}
