@@ -126,6 +126,9 @@ os.environ["PREFECT_HOME"] = _HOME
 os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
 os.environ.pop("PREFECT_API_URL", None)
+# A test's `dvc init` makes a repository with DVC's default, analytics on: each command
+# would then try to send a report and leave it in /tmp (no network here)
+os.environ["DVC_NO_ANALYTICS"] = "1"
 
 
 @pytest.fixture(scope="session")

@@ -74,6 +74,7 @@ def launch(setup, workdir, engine, stage, steps, resume=False):
         OMP_NUM_THREADS="1",
     )
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    command += ["--log-dir", str(workdir / "torchrun")]  # else a torchelastic_* in /tmp
     command += ["--nproc_per_node", "2", str(WORKER), str(setup), str(workdir)]
     command += [engine, str(stage), str(steps)] + (["resume"] if resume else [])
     (workdir / "result.json").unlink(missing_ok=True)

@@ -126,6 +126,7 @@ def test_the_train_stage_under_torchrun_with_zero3_tracks_and_writes_once(worksp
     params = tmp_path / "params.yaml"
     params.write_text(yaml.safe_dump({"train": config.model_dump(mode="json")}))
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    command += ["--log-dir", str(tmp_path / "torchrun")]  # else a torchelastic_* in /tmp
     command += ["--nproc_per_node", "2", "-m", "slca.training.stages", "train"]
     env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1")
     env.pop("MLFLOW_TRACKING_URI", None)
