@@ -315,13 +315,50 @@ def verified_split(directory: str | Path, split: str) -> tuple[list[TaskRecord],
     return records, digest
 
 
+class OutputConflict(ValueError):
+    """An output directory holds what this step did not write; nothing was replaced. A
+    ``ValueError``, so the command lines report it in one line."""
+
+
+def check_replaceable(dest: str | Path, owns: Iterable[str], inputs: Iterable[Path] = ()) -> None:
+    """Refuse, before any work, a ``dest`` that :func:`atomic_dir` would replace but whose
+    content this step did not write: a file, a directory holding entries not named in
+    ``owns`` (an earlier output of the same step is replaced), the working directory or
+    one above it, or a directory holding one of the step's ``inputs``."""
+    dest = Path(dest).resolve()
+    here = Path.cwd().resolve()
+    if dest == here or dest in here.parents:
+        raise OutputConflict(f"{dest}: the working directory or one above it; name a new one")
+    for source in inputs:
+        source = Path(source).resolve()
+        if source == dest or dest in source.parents:
+            raise OutputConflict(f"{dest}: holds the input {source}; name another directory")
+    if not dest.exists():
+        return
+    if not dest.is_dir():
+        raise OutputConflict(f"{dest}: a file, not a directory; name another directory")
+    owned = set(owns)
+    foreign = sorted(p.name for p in dest.iterdir() if p.name not in owned)
+    if foreign:
+        more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        raise OutputConflict(
+            f"{dest}: holds {', '.join(foreign[:3])}{more}, which this step does not write "
+            "and would delete; name a new or empty directory"
+        )
+
+
 @contextmanager
 def atomic_dir(dest: str | Path) -> Iterator[Path]:
     """Yield a fresh sibling temp directory; on success it replaces ``dest`` by rename.
 
-    On any exception the temp directory is removed and ``dest`` is left as it was.
+    On any exception the temp directory is removed and ``dest`` is left as it was. A
+    ``dest`` that is a file is refused before anything is written: it is never a
+    directory output of an earlier run. A directory is replaced whole; a step whose
+    destination a user names checks it first (:func:`check_replaceable`).
     """
     dest = Path(dest)
+    if dest.exists() and not dest.is_dir():
+        raise OutputConflict(f"{dest}: a file, not a directory; name another directory")
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
     tmp.chmod(0o755)  # mkdtemp makes it private; the dataset is not

@@ -193,6 +193,10 @@ def import_path(
     return records, rejects, result
 
 
+IMPORT_FILES = ("tasks.parquet", "report.json", "rejects.jsonl")
+"""What :func:`import_to_dir` writes: an ``out_dir`` holding anything else is refused."""
+
+
 def import_to_dir(
     path: str | Path,
     fmt: str,
@@ -206,6 +210,7 @@ def import_to_dir(
     together (the directory is written beside its destination, then renamed)."""
     path = Path(path)
     source = source or import_name(str(path))
+    io.check_replaceable(out_dir, IMPORT_FILES, inputs=[path])
     result, items = iter_import(path, fmt, source, split, limits)
     with io.atomic_dir(out_dir) as tmp:
         writer = pq.ParquetWriter(tmp / "tasks.parquet", io.SCHEMA, compression="zstd")
