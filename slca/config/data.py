@@ -6,6 +6,7 @@ Torch-free (the data stages import no torch). Every field is checked when loaded
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -125,12 +126,16 @@ ImportFormat = Literal["auto", "openai", "toucan", "verl", "xlam", "sharegpt"]
 """Users' tool-calling data formats (``slca.data.importers``); ``auto`` detects one."""
 
 
+IMPORT_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+"""What an imported source may be called: its tasks' ``source`` and id prefix."""
+
+
 class ImportSpec(StrictModel):
     """One file (or ``datasets`` directory) of the user's own tasks, imported by
     ``prepare`` beside the built-in sources (``slca data import`` does the same alone)."""
 
     name: str = Field(
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+        pattern=IMPORT_NAME_PATTERN,
         description="The tasks' source name (their ``source`` and id prefix); unique.",
     )
     path: str = Field(
@@ -261,10 +266,27 @@ class ValidateParams(StrictModel):
 
 def import_name(path: str) -> str:
     """The source name a file's tasks get when none is given: its name up to the first
-    dot (``data/raw/mine.v2.jsonl`` -> ``mine``)."""
+    dot (``data/raw/mine.v2.jsonl`` -> ``mine``), what a name may not hold made ``-``
+    (``My Export (1).jsonl`` -> ``My-Export-1``), a built-in source's name suffixed
+    (``synth.jsonl`` -> ``synth-own``): a file's name never makes a run fail."""
     from pathlib import Path
 
-    return Path(path).name.split(".")[0] or "imported"
+    stem = Path(path).name.split(".")[0]
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", stem).strip("-_.") or "imported"
+    return f"{name}-own" if name in SourceName.__args__ else name
+
+
+def check_import_name(name: str) -> str:
+    """``name`` if a source may be called so, else a ``ValueError`` saying why (the
+    pattern of :attr:`ImportSpec.name`, not a built-in source's name)."""
+    if not re.fullmatch(IMPORT_NAME_PATTERN, name):
+        raise ValueError(
+            f"source name {name!r}: letters, digits, '_', '.' and '-' only, starting with "
+            "a letter or digit"
+        )
+    if name in SourceName.__args__:
+        raise ValueError(f"source name {name!r} is a built-in source's name")
+    return name
 
 
 def own_tasks_overrides(path: str, name: str | None = None) -> dict[str, object]:
@@ -274,6 +296,7 @@ def own_tasks_overrides(path: str, name: str | None = None) -> dict[str, object]
     name = name or import_name(path)
     return {
         "prepare.imports": [{"name": name, "path": str(path), "format": "auto", "split": "auto"}],
+        "simulator_check.sources": [name],
         "sft.sources": [name],
         "train.sources": [name],
         "evaluate.in_domain.sources": [name],

@@ -72,6 +72,10 @@ class SimulatorCheckParams(StrictModel):
     """Output of prepare."""
     split: str = "val"
     """Which split's gold calls to simulate."""
+    sources: list[str] | None = None
+    """Only these sources' tasks; null: all. ``slca run --tasks`` checks the user's file
+    alone: the run calls no other task's tools, and the built-in sources' expected
+    errors (NESTFUL's) would count against a share the user's data does not set."""
     report_dir: str = "data/simulator_check"
     """GE results, Data Docs, the response table and a summary."""
     backend: str = "schema"

@@ -159,9 +159,12 @@ def build_suite(max_error_rate: float) -> list[Any]:
 def validate_simulator(params: SimulatorCheckParams) -> tuple[bool, list[str], dict[str, Any]]:
     """Run the step; returns (success, failure messages, summary). Writes ``report_dir``."""
     records = io.read_dataset(params.in_dir, [params.split])
+    if params.sources is not None:
+        records = [r for r in records if r.source in params.sources]
     if not records:
+        of = f" of sources {params.sources}" if params.sources is not None else ""
         raise FileNotFoundError(
-            f"{params.in_dir}: no records in split {params.split!r} (run prepare first)"
+            f"{params.in_dir}: no records{of} in split {params.split!r} (run prepare first)"
         )
     with Simulator(params.backend, seed=params.seed) as simulator:
         table = simulate_gold_calls(records, simulator)
@@ -170,6 +173,7 @@ def validate_simulator(params: SimulatorCheckParams) -> tuple[bool, list[str], d
     codes = simulated["error_code"].dropna()
     summary = {
         "split": params.split,
+        "sources": params.sources,
         "backend": params.backend,
         "tasks": len(records),
         "gold_calls": len(table),

@@ -45,7 +45,6 @@ def simulator_check_task(params: SimulatorCheckParams) -> dict[str, Any]:
     """Simulate the split's gold calls and check the responses; returns the summary."""
     ok, failures, summary = validate_simulator(params)
     if not ok:
-        raise SimulatorCheckFailed(
-            "simulator responses failed the check:\n  " + "\n  ".join(failures)
-        )
+        # one line: the command lines print an error's first line only
+        raise SimulatorCheckFailed("simulator responses failed the check: " + "; ".join(failures))
     return summary

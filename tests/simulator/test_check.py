@@ -118,3 +118,27 @@ def test_a_gold_call_without_known_arguments_is_listed_not_simulated(tmp_path):
     assert list(table["simulated"]) == [False] and table["error_code"].isna().all()
     ok, failures, _ = ge.run_suite(table, build_suite(0.0), name=SUITE, report_dir=tmp_path / "r")
     assert ok and failures == []
+
+
+def test_the_check_can_be_held_to_some_sources(tmp_path, capsys):
+    """``slca run --tasks`` checks the user's file alone (``simulator_check.sources``)."""
+    from pathlib import Path
+
+    from slca.data import io
+
+    mine = Path(__file__).parents[1] / "fixtures/imports/openai/tasks.jsonl"
+    data = tmp_path / "tasks"
+    imports = [{"name": "mine", "path": str(mine), "split": "train"}]
+    prepare(PrepareParams(sources=["synth"], imports=imports, out_dir=str(data), max_reject_frac=1))
+    train = io.read_dataset(data, ["train"])
+    ours = [r for r in train if r.source == "mine"]
+    assert ours and len(ours) < len(train)
+    params = tmp_path / "params.yaml"
+    section = f"simulator_check:\n  in_dir: {data}\n  report_dir: {tmp_path / 'r'}\n"
+    params.write_text(section + "  split: train\n  sources: [mine]\n")
+    assert main(["--params", str(params)]) == 0
+    summary = json.loads((tmp_path / "r/summary.json").read_text())
+    assert (summary["tasks"], summary["sources"]) == (len(ours), ["mine"])
+    params.write_text(section + "  split: train\n  sources: [theirs]\n")
+    assert main(["--params", str(params)]) == 1
+    assert "no records of sources ['theirs'] in split 'train'" in capsys.readouterr().err

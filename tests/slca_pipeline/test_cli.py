@@ -129,6 +129,7 @@ def test_run_tasks_trains_and_evaluates_on_the_users_file_under_the_overrides(
     ]
     sources = document["sft"]["sources"], document["evaluate"]["in_domain"]["sources"]
     assert sources == (["mine"], ["mine"])
+    assert document["simulator_check"]["sources"] == ["mine"]  # the tools the run calls
     assert document["train"]["sources"] == ["mine", "synth"]  # -S wins
 
 
