@@ -15,7 +15,8 @@ MODEL_KINDS = ("tiny", "pretrained", "smollm2", "path")
 
 
 class BaseModelParams(StrictModel):
-    """Where the policy starts: a tiny model built here, SmolLM2, or any local checkpoint."""
+    """Where the policy starts: a tiny model built here, SmolLM2, or a local ChatML
+    checkpoint (its vocabulary has ``<|im_end|>``)."""
 
     kind: Literal["tiny", "pretrained", "smollm2", "path"] = "pretrained"
     """tiny: tokenizer trained on the task data + small Qwen2, random init; pretrained:

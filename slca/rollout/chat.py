@@ -157,9 +157,11 @@ def choose_template(tokenizer: Any, choice: str, checkpoint: str) -> str | None:
         why = f"its own fails ({'; '.join(problems)})" if problems else "chat_template is hermes"
         raise ConfigError(
             f"base_model.chat_template: {checkpoint} needs the Hermes template ({why}), but "
-            f"its vocabulary has no {END_OF_TURN!r} token to end a turn; give the checkpoint "
-            "a chat template that passes (tools=, tool turns, growing prefix, "
-            f"{END_OF_TURN!r})"
+            f"its vocabulary has no {END_OF_TURN!r} token to end a turn (slca samples "
+            f"ChatML's {END_OF_TURN!r} as the end of every assistant turn; Llama 3, Mistral "
+            "and Gemma end theirs otherwise): use a ChatML checkpoint (Qwen2.5, Qwen3, "
+            f"SmolLM2), or add {END_OF_TURN!r} to its tokenizer as a special token and "
+            "resize its embeddings"
         )
     tokenizer.chat_template = HERMES_TEMPLATE
     if choice == "hermes":
