@@ -147,9 +147,9 @@ class TrainConfig(StrictModel):
     checkpoint_dir: str = "checkpoints/rl/{estimator}"
     """Resumable checkpoints (``step_<k>``) and the identity of the run writing them
     (``run.json``); one run at a time (a lock). ``{estimator}`` and ``{run_name}`` are
-    filled in when the config loads; ``{fingerprint}`` (the config fingerprint, see
-    :mod:`slca.training.identity`) when the run starts, giving every configuration its
-    own directory."""
+    filled in when the config loads; ``{fingerprint}`` (the config fingerprint, which
+    covers the init checkpoint's content, see :mod:`slca.training.identity`) when the
+    run starts, giving every configuration and init model its own directory."""
     tracking_dir: str = "mlflow"
     """MLflow SQLite store and artifacts (``MLFLOW_TRACKING_URI`` overrides)."""
     experiment: str = "slca"

@@ -9,7 +9,10 @@ naming both runs. ``--overwrite`` turns a refusal into a replacement; nothing is
 until the new run's inputs have loaded.
 
 The config fingerprint covers what makes two runs the same experiment: the estimator,
-algorithm, rewards, sampling, optimizer, seed, init model and data paths. It leaves out
+algorithm, rewards, sampling, optimizer, seed, data paths, and the init checkpoint, by
+path and by content (:func:`init_hash`): a run from another SFT or base model in the same
+``init_dir`` is another experiment, refused without ``--overwrite``, and a checkpoint
+directory named by ``{fingerprint}`` is its own. It leaves out
 what may change on a resume without making it another run (:data:`NOT_IDENTITY`): the
 step count (a resume may train further), where outputs go, how often to checkpoint or
 validate, the other arm's estimator (``baseline``), and memory knobs (lower
@@ -28,6 +31,7 @@ from typing import Any, Literal
 from slca.atomic import atomic_write_text
 from slca.data import io
 from slca.jsonutil import canonical_json
+from slca.tracking.run_file import RUN_FILE as MLFLOW_RUN_FILE
 
 IDENTITY_FILE = "run.json"
 LOCK_FILE = ".lock"
@@ -82,9 +86,29 @@ class RunIdentity:
         return f"run {run} (estimator {self.estimator}, config {self.fingerprint})"
 
 
-def config_fingerprint(config: Any) -> str:
-    """16 hex digits of sha256 over the config's JSON without :data:`NOT_IDENTITY`."""
+def init_hash(directory: str | Path) -> str:
+    """sha256 over the init checkpoint's files, names and bytes (its ``mlflow_run.json``
+    and dotfiles aside: a rerun SFT with the same weights is the same init); "" when it
+    is not a local directory. Reads every byte: about a second per GB."""
+    root = Path(directory)
+    if not root.is_dir():
+        return ""
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        name = path.relative_to(root).as_posix()
+        if not path.is_file() or path.name == MLFLOW_RUN_FILE or "/." in f"/{name}":
+            continue
+        with open(path, "rb") as f:
+            digest.update(f"{name}\0".encode() + hashlib.file_digest(f, "sha256").digest())
+    return digest.hexdigest()
+
+
+def config_fingerprint(config: Any, init: str = "") -> str:
+    """16 hex digits of sha256 over the config's JSON without :data:`NOT_IDENTITY`, and
+    the init checkpoint's :func:`init_hash` where known."""
     data = config.model_dump(mode="json")
+    if init:
+        data["init_content"] = init
     for key in NOT_IDENTITY:
         *parents, leaf = key.split(".")
         node = data
@@ -99,10 +123,10 @@ def rows_hash(tasks: list[Any]) -> str:
     return io.content_hash(sorted(tasks, key=lambda t: t.id))
 
 
-def identity_of(config: Any, data_hash: str) -> RunIdentity:
+def identity_of(config: Any, data_hash: str, init: str = "") -> RunIdentity:
     return RunIdentity(
         estimator=config.algorithm.advantage.estimator,
-        fingerprint=config_fingerprint(config),
+        fingerprint=config_fingerprint(config, init),
         data_hash=data_hash,
         steps=config.steps,
     )

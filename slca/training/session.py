@@ -58,13 +58,14 @@ def run_train(
     return trainer.state.run_id
 
 
-def checkpoint_path(config: TrainConfig) -> Path:
-    """``train.checkpoint_dir`` with ``{fingerprint}`` filled in."""
+def checkpoint_path(config: TrainConfig, init: str = "") -> Path:
+    """``train.checkpoint_dir`` with ``{fingerprint}`` filled in (``init``: the init
+    checkpoint's :func:`~slca.training.identity.init_hash`)."""
     from slca.training.identity import config_fingerprint
 
     text = config.checkpoint_dir
     if "{fingerprint}" in text:
-        text = text.replace("{fingerprint}", config_fingerprint(config))
+        text = text.replace("{fingerprint}", config_fingerprint(config, init))
     return Path(text)
 
 
@@ -147,7 +148,7 @@ def training_session(
             _lock(stack, run.checkpoint_dir, run.out_dir)
         tracker = stack.enter_context(_tracker(config, run.track))
         inputs = _load_inputs(config, run.init_dir)
-        ours = ids.identity_of(config, ids.rows_hash(inputs.tasks))
+        ours = ids.identity_of(config, ids.rows_hash(inputs.tasks), run.init_hash)
         action, run_id = _plan(run, ours, resume=resume, overwrite=overwrite)
         # the policy, engines, simulator and scorer, once, from the configuration; what
         # must be closed (vLLM engines, the simulator's cache) closes with the session
@@ -168,7 +169,8 @@ def training_session(
         if run.main and action == "replace":  # the inputs loaded: the old checkpoints may go
             ids.remove_checkpoints(run.checkpoint_dir)
         if tracker is not None:
-            ours = _start_tracking(tracker, config, ours, run_id, inputs, data_hashes)
+            hashes = {**(data_hashes or {}), "init.sha256": run.init_hash or "not local"}
+            ours = _start_tracking(tracker, config, ours, run_id, inputs, hashes)
         if run.main:
             ids.write_identity(run.checkpoint_dir, ours)
         if tracker is not None:
@@ -185,6 +187,8 @@ class _Run:
     """Where a run reads and writes, and what this rank does of it."""
 
     init_dir: Path
+    init_hash: str
+    """The init checkpoint's content (:func:`~slca.training.identity.init_hash`)."""
     checkpoint_dir: Path
     out_dir: Path
     main: bool
@@ -196,13 +200,15 @@ class _Run:
         """The run's places, after checking its engines and that its directories can be
         made: what fails here fails before anything is loaded or written."""
         from slca.training.factory import check_engines
+        from slca.training.identity import init_hash
 
         # an absolute path: a relative one ("models/sft") reads as a Hub repo id to
         # mlflow.transformers, which then spends a minute retrying the network for its card
         init_dir = Path(config.init_dir).resolve()
         # the run's one check of its engines: the factory does not check them again
         check_engines(config, init_dir=init_dir)
-        checkpoint_dir = checkpoint_path(config)
+        init = init_hash(init_dir)
+        checkpoint_dir = checkpoint_path(config, init)
         out_dir = Path(config.out_dir)
         # the launcher's rank: known before the engine exists, and the engine agrees with it
         main = os.environ.get("RANK", "0") == "0"
@@ -211,7 +217,7 @@ class _Run:
         _usable_directory("out_dir", out_dir.parent)
         if track and "MLFLOW_TRACKING_URI" not in os.environ:
             _usable_directory("tracking_dir", Path(config.tracking_dir))
-        return cls(init_dir, checkpoint_dir, out_dir, main, track)
+        return cls(init_dir, init, checkpoint_dir, out_dir, main, track)
 
 
 def _lock(stack: contextlib.ExitStack, checkpoint_dir: Path, out_dir: Path) -> None:

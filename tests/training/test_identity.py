@@ -14,6 +14,7 @@ from slca.training.identity import (
     RunIdentity,
     check_output,
     config_fingerprint,
+    init_hash,
     plan_start,
     remove_checkpoints,
     write_identity,
@@ -132,3 +133,25 @@ def test_an_output_is_replaced_only_when_it_is_this_runs_or_this_configurations(
     with pytest.raises(RunConflict, match="files that are not an RL run's output"):
         check_output(out, OURS, overwrite=False, run_file="run.json")
     check_output(out, OURS, overwrite=True, run_file="run.json")
+
+
+def test_the_init_checkpoints_content_is_part_of_the_fingerprint(tmp_path):
+    """Its weights and tokenizer count, the MLflow run that made it and dotfiles (locks,
+    temp files) do not; a Hub id (no local directory) leaves the config's fingerprint."""
+    init = tmp_path / "sft"
+    init.mkdir()
+    (init / "model.safetensors").write_bytes(b"weights")
+    (init / "tokenizer.json").write_text("{}")
+    first = init_hash(init)
+    (init / "mlflow_run.json").write_text('{"run_id": "abc"}')
+    (init / ".lock").write_text("1234")
+    assert init_hash(init) == first
+    (init / "model.safetensors").write_bytes(b"other weights")
+    assert init_hash(init) != first
+    (init / "model.safetensors").write_bytes(b"weights")
+    (init / "tokenizer.json").rename(init / "vocab.json")  # the same bytes, another file
+    assert init_hash(init) != first
+    assert init_hash(tmp_path / "absent") == ""
+    config = TrainConfig()
+    assert config_fingerprint(config, "") == config_fingerprint(config)
+    assert len({config_fingerprint(config, h) for h in ("", first, init_hash(init))}) == 3

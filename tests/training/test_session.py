@@ -304,3 +304,35 @@ def test_a_full_disk_under_the_checkpoints_is_one_line(workspace, tmp_path, smal
     assert said.startswith(f"train failed: train.checkpoint_dir {small_disk / 'ckpt'}: ")
     assert "the disk is full" in said
     assert "Traceback" not in done.stderr
+
+
+def test_a_finished_run_from_another_init_checkpoint_is_refused_unless_overwrite(
+    workspace, tmp_path
+):
+    """The same configuration, data and ``init_dir`` path, but the checkpoint there now
+    holds other weights (another base model's SFT): another experiment, not a rerun."""
+    import shutil
+
+    from slca.training.identity import RunConflict
+
+    root, _ = workspace
+    init = tmp_path / "sft"
+    shutil.copytree(root / "models/sft", init)
+    places = dict(
+        steps=1,
+        init_dir=str(init),
+        out_dir=str(tmp_path / "rl"),
+        checkpoint_dir=str(tmp_path / "ckpt"),
+        validation={"every": 0},
+    )
+    config = train_config(root, **places)
+    run_train(config, track=False)
+    (init / "mlflow_run.json").write_text('{"run_id": "a rerun of the same SFT"}')
+    run_train(config, track=False)  # the same weights: the same experiment, run again
+    (init / "generation_config.json").write_text('{"do_sample": true}')
+    before = (tmp_path / "rl/mlflow_run.json").read_bytes()
+    with pytest.raises(RunConflict, match="choose another train.checkpoint_dir"):
+        run_train(config, track=False)
+    assert (tmp_path / "rl/mlflow_run.json").read_bytes() == before
+    run_train(config, track=False, overwrite=True)
+    assert (tmp_path / "rl/mlflow_run.json").read_bytes() != before
