@@ -265,22 +265,45 @@ def import_(
         typer.Option("--format", help="auto, openai, toucan, verl, xlam or sharegpt."),
     ] = "auto",
     name: Annotated[
-        str | None, typer.Option(help="The tasks' source name (default: the file's stem).")
+        str | None,
+        typer.Option(
+            help="The tasks' source name and id prefix (default: the file's name up to "
+            "its first dot)."
+        ),
     ] = None,
-    split: Annotated[str, typer.Option(help="train or eval (evaluation-only).")] = "train",
+    split: Annotated[
+        str,
+        typer.Option(
+            help="train: every task in the train split; eval: every task evaluation-only. "
+            "The seeded train/val/test split is prepare's (`split: auto` under "
+            "prepare.imports)."
+        ),
+    ] = "train",
 ) -> None:
     """Import a file of tool-calling data into task records: every row imported or
-    rejected with its reason (docs/data.md)."""
+    rejected with its reason (docs/data.md). Exits 2 when no row is imported."""
     from slca.data.importers import import_to_dir
 
     def go() -> Any:
         if split not in ("train", "eval"):
-            raise ValueError(f"--split {split!r}: expected train or eval")
+            # auto's train/val/test split is made by prepare over all its tasks at once
+            # (near duplicates kept together), so one file on its own cannot have it
+            raise ValueError(
+                f"--split {split!r}: expected train or eval; for the seeded train/val/test "
+                "split, list the file under prepare.imports with split: auto (or "
+                "`slca run --tasks FILE`)"
+            )
         return import_to_dir(path, format_, out, source=name, split=split)
 
     result = _run(go, "docs/data.md lists the formats and what each needs")
     typer.echo(result.summary())
     typer.echo(f"wrote {out}/tasks.parquet, report.json, rejects.jsonl")
+    if result.imported == 0:
+        line = f"error: no row was imported; {out}/rejects.jsonl says why each was rejected"
+        if format_ == "auto":
+            line += f" (auto read the file as {result.format}: --format names another)"
+        typer.secho(line, fg=typer.colors.RED, err=True)
+        raise typer.Exit(2)
 
 
 @app.command()

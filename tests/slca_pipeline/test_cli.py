@@ -1,7 +1,10 @@
 """The `slca` command: its commands, and one-line errors that name the key."""
 
+import json
+import re
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 import typer
 from typer.testing import CliRunner
@@ -142,6 +145,58 @@ def test_data_import_prints_the_report_line_and_a_bad_path_in_one_line(runner, t
     missing = runner.invoke(app, ["data", "import", str(tmp_path / "x.jsonl"), "--out", "o"])
     assert missing.exit_code == 1
     assert f"error: {tmp_path / 'x.jsonl'}: no such file or directory" in missing.output
+
+
+def test_data_import_of_no_usable_row_exits_2_and_still_writes_why(runner, tmp_path):
+    rows = tmp_path / "bad.jsonl"
+    row = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x"}]}
+    rows.write_text("".join(json.dumps({**row, "tools": []}) + "\n" for _ in range(2)))
+    out = tmp_path / "o"
+    result = runner.invoke(app, ["data", "import", str(rows), "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert f"{rows}: openai: 2 rows, 0 imported (0 tasks), 2 rejected: no_tools (2)" in (
+        result.output
+    )
+    assert f"error: no row was imported; {out}/rejects.jsonl says why" in result.output
+    assert "--format" in result.output and "Traceback" not in result.output
+    report = json.loads((out / "report.json").read_text())
+    assert (report["rows"], report["imported"], report["rejected"]) == (2, 0, 2)
+    assert [json.loads(line)["reason"] for line in (out / "rejects.jsonl").open()] == [
+        "no_tools",
+        "no_tools",
+    ]
+
+
+@pytest.mark.parametrize("split", ["auto", "val", "test"])
+def test_data_import_split_is_train_or_eval_and_says_where_auto_lives(runner, tmp_path, split):
+    fixture = Path(__file__).parents[1] / "fixtures/imports/openai/tasks.jsonl"
+    args = ["data", "import", str(fixture), "--out", str(tmp_path / "o"), "--split", split]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1
+    assert f"--split '{split}': expected train or eval" in result.output
+    assert "prepare.imports with split: auto" in result.output
+    assert not (tmp_path / "o").exists()
+    ok = runner.invoke(app, [*args[:-1], "eval", "--name", "mine"])
+    assert ok.exit_code == 0, ok.output
+    table = pq.read_table(tmp_path / "o" / "tasks.parquet", columns=["id", "split"]).to_pylist()
+    assert table and all(r["split"] == "eval" and r["id"].startswith("mine-") for r in table)
+
+
+def test_data_import_options_are_the_documented_ones():
+    command = typer.main.get_command(app).commands["data"].commands["import"]
+    options = {o for p in command.params for o in p.opts if o.startswith("--")} - {"--help"}
+    docs = Path(__file__).parents[2] / "docs" / "reference" / "cli.md"
+    (row,) = [line for line in docs.read_text().splitlines() if "`slca data import" in line]
+    assert (
+        set(re.findall(r"--[a-z][a-z-]*", row))
+        == options
+        == {
+            "--out",
+            "--format",
+            "--name",
+            "--split",
+        }
+    )
 
 
 def test_pretrain_refuses_a_leaking_corpus_or_missing_heldout_data_in_one_line(runner, tmp_path):

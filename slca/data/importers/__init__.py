@@ -25,7 +25,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from slca.config.data import DataLimits, import_name
+from slca.config.data import DataLimits, check_import_name, import_name
 from slca.data import io
 from slca.data.importers import openai, sharegpt, toucan, verl, xlam
 from slca.data.importers.conversation import REASONS, RowReject, conversation_tasks
@@ -53,6 +53,15 @@ def detect(rows: list[Row], path: Path) -> str:
         if m.sniff(row.data)
     )
     if not votes:
+        if all(row.error is not None for row in rows):
+            first = rows[0]
+            raise InputError(
+                f"{path}: not JSON Lines: none of its first {len(rows)} lines is a JSON row "
+                f"(line {first.number}: {first.error}); slca reads JSONL, JSON, parquet "
+                "or a datasets directory"
+            )
+        if not any(isinstance(r.data, dict) for r in rows):
+            raise InputError(f"{path}: its first rows are JSON but not objects (one per row)")
         keys = sorted({k for r in rows if isinstance(r.data, dict) for k in r.data})[:12]
         raise InputError(
             f"{path}: in none of the known formats ({', '.join(FORMATS)}); "
@@ -84,16 +93,25 @@ class ImportResult:
         out["seconds"] = round(self.seconds, 2)
         return out
 
-    def top_reasons(self, n: int = 3) -> str:
+    def top_reasons(self, n: int | None = 3) -> str:
+        """``reason (count)``, most frequent first: the first ``n`` (all when None),
+        and how many more there are past them."""
         ranked = sorted(self.rejected_by_reason.items(), key=lambda kv: (-kv[1], kv[0]))
-        return ", ".join(f"{reason} ({count})" for reason, count in ranked[:n])
+        shown = ranked if n is None else ranked[:n]
+        line = ", ".join(f"{reason} ({count})" for reason, count in shown)
+        return line + (f", …, {len(ranked) - len(shown)} more" if len(ranked) > len(shown) else "")
 
     def summary(self) -> str:
+        """The line ``slca data import`` prints: the counts and every reject reason."""
         line = (
-            f"{self.path}: {self.format}: {self.rows} rows, {self.imported} imported "
-            f"({self.tasks} tasks), {self.rejected} rejected"
+            f"{self.path}: {self.format}: {_count(self.rows, 'row')}, {self.imported} imported "
+            f"({_count(self.tasks, 'task')}), {self.rejected} rejected"
         )
-        return line + (f": {self.top_reasons()}" if self.rejected else "")
+        return line + (f": {self.top_reasons(None)}" if self.rejected else "")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _json_safe(value: Any) -> Any:
@@ -209,7 +227,7 @@ def import_to_dir(
     ``rejects.jsonl``, streamed (a batch of tasks in memory at a time) and put in place
     together (the directory is written beside its destination, then renamed)."""
     path = Path(path)
-    source = source or import_name(str(path))
+    source = check_import_name(source) if source else import_name(str(path))
     io.check_replaceable(out_dir, IMPORT_FILES, inputs=[path])
     result, items = iter_import(path, fmt, source, split, limits)
     with io.atomic_dir(out_dir) as tmp:

@@ -16,6 +16,7 @@ the field and what is wrong; the caller writes it to ``rejects.jsonl``.
 
 from __future__ import annotations
 
+import ast
 import json
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -77,6 +78,9 @@ class Turn:
     calls: list[RawCall] = field(default_factory=list)
     name: str | None = None
     where: str = ""
+    implied: bool = False
+    """A turn the format implies rather than writes (xlam's answers: with no call, an
+    assistant turn without text), exempt from the check that a turn says something."""
 
 
 @dataclass
@@ -105,6 +109,35 @@ def parse_json(value: Any, where: str) -> Any:
         raise RowReject("over_limit", where, "nests too deep even to parse") from None
 
 
+MAX_LITERAL_CHARS = 100_000
+"""A call written as a Python literal longer than this is refused unparsed."""
+
+
+def literal(value: str, where: str, reason: str = "bad_arguments") -> Any:
+    """A call written as JSON or as a Python literal (Toucan's ``tool_call`` turns,
+    Glaive's ``<functioncall>``); never evaluates code.
+
+    Refuses text over :data:`MAX_LITERAL_CHARS` and anything that is not a literal
+    (names, calls, attribute access, operators) with ``reason``.
+    """
+    if len(value) > MAX_LITERAL_CHARS:
+        raise RowReject(reason, where, f"a call of {len(value)} chars > {MAX_LITERAL_CHARS}")
+    try:
+        return json.loads(value)
+    except (ValueError, RecursionError):
+        pass
+    try:
+        parsed = ast.literal_eval(value.strip())
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError) as e:
+        raise RowReject(
+            reason, where, f"neither JSON nor a Python literal ({type(e).__name__})"
+        ) from None
+    try:  # a literal may hold what JSON cannot (bytes, sets, complex, nan): refuse it
+        return json.loads(json.dumps(parsed, allow_nan=False))
+    except (TypeError, ValueError, RecursionError) as e:
+        raise RowReject(reason, where, f"not JSON data: {e}") from None
+
+
 def text(value: Any, where: str) -> str:
     """A turn's text: a string, null (empty), or OpenAI's list of text parts."""
     if value is None:
@@ -114,6 +147,23 @@ def text(value: Any, where: str) -> str:
     if isinstance(value, list) and all(isinstance(p, dict) for p in value):
         return "".join(str(p.get("text", "")) for p in value if p.get("type", "text") == "text")
     raise RowReject("bad_message", where, f"content is a {type(value).__name__}, not text")
+
+
+def tool_text(value: Any, where: str) -> str:
+    """A tool result's text: as :func:`text`, and a result given as JSON data (an
+    object, a list that is not text parts, a number) is that JSON, as the tool wrote it."""
+    if (
+        value
+        and isinstance(value, list)
+        and all(isinstance(p, dict) and "type" in p for p in value)
+    ):
+        return text(value, where)
+    if isinstance(value, dict | list | int | float):  # bool is an int
+        try:
+            return json.dumps(value, ensure_ascii=False)
+        except (TypeError, ValueError, RecursionError) as e:
+            raise RowReject("bad_message", where, f"a result that is not JSON: {e}") from None
+    return text(value, where)
 
 
 @dataclass(frozen=True)
@@ -310,9 +360,28 @@ def _record(
 
 
 def _check_turns(turns: list[Turn]) -> None:
+    """Every turn says something, and every tool result answers a call: a result with
+    no call before it would otherwise drop out of its task silently (the turns after
+    the user turn answered are not context, and its gold comes from assistant turns)."""
+    calling = False  # the latest turn before these tool turns is an assistant's that calls
+    before = "it is the first turn"
     for t in turns:
         if t.role not in ("system", "user", "assistant", "tool"):
             raise RowReject("bad_message", t.where, f"unknown role {t.role!r}")
+        if t.role == "tool":
+            if not calling:
+                message = f"a tool result with no call before it ({before})"
+                raise RowReject("bad_message", t.where, message)
+            continue
+        if t.role == "assistant" and not (t.calls or t.content.strip() or t.implied):
+            raise RowReject("bad_message", t.where, "an assistant turn without text or calls")
+        if t.role == "user" and not t.content.strip():
+            raise RowReject("bad_message", t.where, "a user turn without text")
+        calling = t.role == "assistant" and bool(t.calls)
+        kind = (
+            "an assistant turn that calls nothing" if t.role == "assistant" else f"a {t.role} turn"
+        )
+        before = f"it follows {kind}, {t.where}"
     if not any(t.role == "user" for t in turns):
         raise RowReject("no_user_turn", "messages", "no turn has the role user")
 

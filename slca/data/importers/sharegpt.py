@@ -33,11 +33,15 @@ The format of ``NousResearch/hermes-function-calling-v1`` and the data built lik
 - Results: each ``<tool_response>…</tool_response>`` block of a tool turn is one tool
   turn (its text whole), named by the response's ``name`` when it is a JSON object with
   one, else by the preceding assistant turn's calls, in order. A tool turn without
-  blocks is one result.
+  blocks is one result (a value given as JSON data: its JSON text). A result must
+  follow a turn that calls (``bad_message`` otherwise).
 - Glaive: an assistant turn ``<functioncall> {json}`` is one call, and a turn
   ``FUNCTION RESPONSE: ...`` a tool result; a system prompt without ``<tools>`` that
   offers "the following functions" lists them as JSON objects one after another.
-  Glaive's arguments often are a single-quoted string, not JSON: ``bad_json``.
+  Glaive v2's calls hold their arguments as a single-quoted string
+  (``{"name": "f", "arguments": '{"city": "Oslo"}'}``): such a call is read by the
+  bounded literal parser Toucan's calls use (literals only, never evaluated); a call
+  that is neither JSON nor a literal is ``bad_json``.
 
 ``category`` (or ``domain``), when present, becomes the tasks' domain, else
 ``sharegpt``.
@@ -54,14 +58,17 @@ from slca.data.importers.conversation import (
     RawCall,
     RowReject,
     Turn,
+    literal,
     parse_json,
     text,
+    tool_text,
 )
 
 NAME = "sharegpt"
 
 ROLES = {
     "system": "system",
+    "developer": "system",
     "human": "user",
     "user": "user",
     "gpt": "assistant",
@@ -181,6 +188,20 @@ def _strip_end(value: str) -> str:
     return value.strip()
 
 
+def _glaive_call(after: str, where: str) -> tuple[Any, str]:
+    """The call after ``<functioncall>``, and the text after the call. Glaive v2 writes
+    its arguments as a single-quoted string (``"arguments": '{"city": "Oslo"}'``):
+    not JSON but a Python literal, read by the bounded literal parser (never evaluated)
+    up to the call's last ``}``."""
+    try:
+        call, end = json.JSONDecoder().raw_decode(after)
+        return call, after[end:]
+    except json.JSONDecodeError:
+        pass
+    end = after.rfind("}") + 1
+    return literal(after[:end] or after, where, "bad_json"), after[end:]
+
+
 def _assistant(value: str, where: str) -> Turn:
     blocks = _CALL_RE.findall(value)
     if blocks:
@@ -188,14 +209,8 @@ def _assistant(value: str, where: str) -> Turn:
         return Turn("assistant", _strip_end(_CALL_RE.sub("", value)), calls, where=where)
     if _GLAIVE_CALL in value:
         before, _, after = value.partition(_GLAIVE_CALL)
-        after = after.strip()
-        try:
-            call, end = json.JSONDecoder().raw_decode(after)
-        except json.JSONDecodeError as e:
-            raise RowReject(
-                "bad_json", f"{where}.functioncall", f"{e.msg} at char {e.pos}"
-            ) from None
-        content = _strip_end(before + after[end:])
+        call, rest = _glaive_call(after.strip(), f"{where}.functioncall")
+        content = _strip_end(before + rest)
         return Turn("assistant", content, [_call(call, f"{where}.functioncall")], where=where)
     return Turn("assistant", _strip_end(value), where=where)
 
@@ -254,8 +269,9 @@ def conversation(row: Any) -> Conversation:
         who = m.get("from", m.get("role"))
         if not isinstance(who, str):
             raise RowReject("bad_message", where, "a turn needs a from (or role)")
-        value = text(m.get("value", m.get("content")), f"{where}.value")
         role = ROLES.get(who.strip().lower(), who)
+        read = tool_text if role == "tool" else text
+        value = read(m.get("value", m.get("content")), f"{where}.value")
         if role == "user" and value.lstrip().startswith(_GLAIVE_RESPONSE):
             role = "tool"
         if role == "system":

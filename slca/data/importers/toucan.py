@@ -16,9 +16,10 @@ string of turns with the roles ``system``, ``user``, ``assistant``, ``tool_call`
      {"role": "assistant", "content": "Paris 18 C, Rome 24 C."}]
 
 A ``tool_call`` turn holds one call as a Python-literal dict (single quotes), whose
-``arguments`` is a JSON string. It is read as JSON when it is JSON, else with
-:func:`ast.literal_eval` (which evaluates literals only, never code), and only up to
-:data:`MAX_CALL_CHARS`; anything else is ``bad_arguments``.
+``arguments`` is a JSON string. It is read by
+:func:`~slca.data.importers.conversation.literal`: as JSON when it is JSON, else as a
+Python literal (never code), and only up to ``MAX_LITERAL_CHARS``; anything else is
+``bad_arguments``.
 
 Turns become the common model this way:
 
@@ -35,7 +36,6 @@ Turns become the common model this way:
 
 from __future__ import annotations
 
-import ast
 import json
 from typing import Any
 
@@ -44,14 +44,13 @@ from slca.data.importers.conversation import (
     RawCall,
     RowReject,
     Turn,
+    literal,
     parse_json,
     text,
+    tool_text,
 )
 
 NAME = "toucan"
-
-MAX_CALL_CHARS = 100_000
-"""A ``tool_call`` turn longer than this is refused unparsed (``bad_arguments``)."""
 
 _CALL_ROLES = ("tool_call", "tool_response")
 
@@ -76,30 +75,6 @@ def sniff(row: Any) -> bool:
     return isinstance(messages, list) and any(
         isinstance(m, dict) and m.get("role") in _CALL_ROLES for m in messages
     )
-
-
-def literal(value: str, where: str) -> Any:
-    """A call written as JSON or as a Python literal; never evaluates code.
-
-    Refuses text over :data:`MAX_CALL_CHARS` and anything that is not a literal
-    (names, calls, attribute access, operators) with ``bad_arguments``.
-    """
-    if len(value) > MAX_CALL_CHARS:
-        raise RowReject("bad_arguments", where, f"a call of {len(value)} chars > {MAX_CALL_CHARS}")
-    try:
-        return json.loads(value)
-    except (ValueError, RecursionError):
-        pass
-    try:
-        parsed = ast.literal_eval(value.strip())
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError) as e:
-        raise RowReject(
-            "bad_arguments", where, f"neither JSON nor a Python literal ({type(e).__name__})"
-        ) from None
-    try:  # a literal may hold what JSON cannot (bytes, sets, complex, nan): refuse it
-        return json.loads(json.dumps(parsed, allow_nan=False))
-    except (TypeError, ValueError, RecursionError) as e:
-        raise RowReject("bad_arguments", where, f"not JSON data: {e}") from None
 
 
 def _arguments(raw: Any, where: str) -> Any:
@@ -163,7 +138,8 @@ def conversation(row: Any) -> Conversation:
                 turns.append(Turn("assistant", "", calls, where=where))
                 answered = 0
             continue
-        content = text(m.get("content"), f"{where}.content")
+        read = tool_text if role == "tool_response" else text
+        content = read(m.get("content"), f"{where}.content")
         if role == "tool_response":
             last = next((t for t in reversed(turns) if t.role == "assistant"), None)
             calls = last.calls if last is not None else []

@@ -50,6 +50,7 @@ from slca.data.importers.conversation import (
     normalise_tools,
     parse_json,
     text,
+    tool_text,
 )
 from slca.data.limits import CEILING
 from slca.grammar import RESPONSE_CLOSE, RESPONSE_OPEN, parse_turn
@@ -129,7 +130,7 @@ def _turns(prompt: Any) -> list[Turn]:
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise RowReject("bad_message", where, "a turn needs a role")
         role = m["role"]
-        content = text(m.get("content"), f"{where}.content")
+        content = (tool_text if role == "tool" else text)(m.get("content"), f"{where}.content")
         bodies = tool_responses(content) if role == "user" else None
         if role == "system" and "<tools>" in content:
             continue  # the tools as the authors rendered them: slca renders its own

@@ -240,7 +240,7 @@ def conversation(row: Any) -> Conversation:
         calls.append(RawCall(answer.get("name"), answer.get("arguments"), spot))
     turns = [
         Turn("user", query, where="query"),
-        Turn("assistant", "", calls, where="answers"),
+        Turn("assistant", "", calls, where="answers", implied=True),
     ]
     domain = row.get("category") or row.get("domain") or NAME
     return Conversation(tools_of(row["tools"]), turns, str(domain))

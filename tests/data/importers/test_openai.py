@@ -152,3 +152,22 @@ def test_streamed_parquet_output_holds_every_task_in_batches(tmp_path):
     result = import_to_dir(big, "auto", tmp_path / "out")
     assert (result.rows, result.tasks) == (2500, 3000)
     assert pq.ParquetFile(tmp_path / "out" / "tasks.parquet").metadata.num_rows == 3000
+
+
+def test_the_summary_line_names_every_reason_and_counts_in_words(tmp_path, imported):
+    _, _, result = imported
+    reasons = (
+        "bad_json (2), bad_arguments (1), bad_message (1), bad_tool (1), duplicate_tools (1), "
+        "no_answer (1), no_tools (1), no_user_turn (1), schema_mismatch (1), "
+        "unknown_format (1), unknown_tool (1)"
+    )
+    assert result.summary() == (
+        f"{FIXTURE}: openai: 17 rows, 5 imported (6 tasks), 12 rejected: {reasons}"
+    )
+    # prepare's one-line error shows the first reasons and says how many it leaves out
+    assert result.top_reasons(2) == "bad_json (2), bad_arguments (1), …, 9 more"
+    assert result.top_reasons(11) == reasons
+    one = tmp_path / "one.jsonl"
+    one.write_text(FIXTURE.read_text().splitlines()[0] + "\n")
+    _, _, single = import_path(one, "openai", "one")
+    assert single.summary() == f"{one}: openai: 1 row, 1 imported (1 task), 0 rejected"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -121,3 +122,125 @@ def test_a_dataset_dict_asks_for_one_split(tmp_path):
     (tmp_path / "test").mkdir()
     with pytest.raises(InputError, match=r"give one split's directory \(test, train\)"):
         import_path(tmp_path, "auto", "t")
+
+
+WEATHER = {
+    "name": "get_weather",
+    "description": "Current weather of a city.",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["C", "F"]}},
+        "required": ["city"],
+    },
+}
+CONVERT = {
+    "name": "convert",
+    "description": "Convert an amount between currencies.",
+    "parameters": {
+        "type": "object",
+        "properties": {"amount": {"type": "number"}, "src": {"type": "string"}},
+        "required": ["amount", "src"],
+    },
+}
+
+
+def _nested_row(tool, arguments, answer):
+    return {
+        "messages": [
+            {"role": "user", "content": "Go."},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": tool["name"], "arguments": arguments},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+            {"role": "assistant", "content": answer},
+        ],
+        "tools": [{"type": "function", "function": tool}],
+    }
+
+
+NESTED = [
+    _nested_row(WEATHER, {"city": "Oslo"}, "4 °C."),
+    _nested_row(CONVERT, {"amount": 100, "src": "EUR"}, "108 USD."),
+]
+
+
+def _arrow_dir(directory, table):
+    directory.mkdir()
+    with pa.OSFile(str(directory / "data-00000-of-00001.arrow"), "wb") as sink:
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+    (directory / "state.json").write_text(
+        json.dumps({"_data_files": [{"filename": "data-00000-of-00001.arrow"}]})
+    )
+    return directory
+
+
+def test_native_nested_tools_from_arrow_are_read_as_each_row_wrote_them(tmp_path):
+    # pyarrow infers one struct type from both rows: each tool's schema (and each call's
+    # arguments) gets the other's keys as nulls, as in a real HF parquet file
+    table = pa.Table.from_pylist(NESTED)
+    assert (
+        table.to_pylist()[0]["tools"][0]["function"]["parameters"]["properties"]["amount"] is None
+    )
+    parquet = tmp_path / "nested.parquet"
+    pq.write_table(table, parquet)
+    for path in (parquet, _arrow_dir(tmp_path / "saved", table)):
+        records, rejects, result = import_path(path, "auto", "t")
+        assert (result.format, result.rows, result.imported) == ("openai", 2, 2), rejects
+        assert [r.tools[0].model_dump(exclude_none=True) for r in records] == [WEATHER, CONVERT]
+        assert _gold(records) == [
+            [[("get_weather", {"city": "Oslo"})]],
+            [[("convert", {"amount": 100, "src": "EUR"})]],
+        ]
+        assert [r.answer for r in records] == ["4 °C.", "108 USD."]
+
+
+def test_nulls_in_a_json_row_are_the_users_and_stay(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps({"a": {"b": None, "c": [None]}}) + "\n")
+    assert [r.data for r in read_rows(path)] == [{"a": {"b": None, "c": [None]}}]
+
+
+@pytest.mark.parametrize("name", ["t.jsonl", "t.json", "t.txt"])
+def test_a_utf8_byte_order_mark_is_read_past(tmp_path, name):
+    path = tmp_path / name
+    body = json.dumps(GOOD) if name == "t.json" else "".join(json.dumps(r) + "\n" for r in GOOD)
+    path.write_bytes(b"\xef\xbb\xbf" + body.encode())
+    records, rejects, result = import_path(path, "auto", "t")
+    assert (result.rows, result.imported, len(records)) == (5, 5, 6), rejects
+
+
+@pytest.mark.parametrize("name", ["t.jsonl.gz", "t.json.gz"])
+def test_gzipped_json_is_read(tmp_path, name):
+    path = tmp_path / name
+    body = json.dumps(GOOD) if ".json." in name else "".join(json.dumps(r) + "\n" for r in GOOD)
+    path.write_bytes(gzip.compress(body.encode()))
+    records, _, result = import_path(path, "auto", "t")
+    assert (result.rows, result.imported, len(records)) == (5, 5, 6)
+
+
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("t.jsonl", b"id,question\n1,Weather?\n", "not JSON Lines: none of its first 2 lines"),
+        ("t.jsonl", b"[1, 2]\n3\n", "its first rows are JSON but not objects"),
+        ("t.gz", gzip.compress(b"{}"), "gzip-compressed; name it FILE.jsonl.gz"),
+        ("t.jsonl.gz", b"not gzip at all", "not readable"),
+    ],
+)
+def test_a_file_that_is_not_json_says_so(tmp_path, name, content, message):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(InputError) as err:
+        import_path(path, "auto", "t")
+    text = str(err.value)
+    assert message in text and str(path) in text and "\n" not in text
+    assert "keys: []" not in text

@@ -40,7 +40,7 @@ REPORT = {
 
 REJECTS = {
     10: ("bad_json", "conversations[0].value<tools>"),  # single-quoted tool dicts
-    11: ("bad_json", "conversations[2].functioncall"),  # Glaive's single-quoted arguments
+    11: ("bad_json", "conversations[2].functioncall"),  # a Glaive call that is no literal
     12: ("bad_arguments", "conversations[2].tool_call[0].arguments"),
     13: ("unknown_tool", "conversations[2].tool_call[0].name"),
     14: ("schema_mismatch", "conversations[2].tool_call[0].arguments"),
@@ -300,3 +300,75 @@ def test_sniff():
     claim = {name for name, m in FORMATS.items() if m.sniff(SHAREGPT_ROW)}
     assert "sharegpt" in claim and not claim & {"openai", "xlam"}
     assert not {name for name, m in FORMATS.items() if m.sniff(OPENAI_ROW)} & {"sharegpt", "xlam"}
+
+
+GLAIVE_SYSTEM = (
+    "SYSTEM: You are a helpful assistant with access to the following functions. "
+    "Use them if required -\n"
+    + json.dumps(
+        {
+            "name": "get_weather",
+            "description": "Current weather of a city.",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+        indent=4,
+    )
+)
+
+# Glaive v2's real shape: the arguments a single-quoted Python string holding JSON
+GLAIVE_V2_CALL = """<functioncall> {"name": "get_weather", "arguments": '{"city": "Oslo"}'}"""
+
+
+def test_a_glaive_v2_call_with_single_quoted_arguments_is_read_nothing_evaluated(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("evaluated")
+
+    monkeypatch.setattr(builtins, "eval", refuse)
+    monkeypatch.setattr(builtins, "exec", refuse)
+    row = {
+        "conversations": [
+            {"from": "system", "value": GLAIVE_SYSTEM},
+            {"from": "human", "value": "What's the weather in Oslo?"},
+            {
+                "from": "gpt",
+                "value": GLAIVE_V2_CALL + " <|endoftext|>",
+            },
+            {"from": "function_response", "value": '{"temp_c": 4}'},
+            {"from": "gpt", "value": "It is 4 °C in Oslo. <|endoftext|>"},
+            {"from": "human", "value": "Thanks!"},
+            {"from": "gpt", "value": "You're welcome. <|endoftext|>"},
+        ]
+    }
+    first, second = conversation_tasks(sharegpt.conversation(row), "s", "1")
+    assert _gold(first) == [[("get_weather", {"city": "Oslo"})]]
+    assert first.answer == "It is 4 °C in Oslo."
+    call = second.messages[1]
+    assert (call.content, [(c.name, c.arguments) for c in call.tool_calls]) == (
+        "",
+        [("get_weather", {"city": "Oslo"})],
+    )
+    assert (second.messages[2].name, second.messages[2].content) == ("get_weather", '{"temp_c": 4}')
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        """{"name": "get_weather", "arguments": __import__('os').getcwd()}""",
+        """{"name": "get_weather", "arguments": '{"city": "Oslo"}'""",  # unclosed
+    ],
+)
+def test_a_glaive_call_that_is_no_literal_is_bad_json(call):
+    row = {
+        "conversations": [
+            {"from": "system", "value": GLAIVE_SYSTEM},
+            {"from": "human", "value": "Weather in Oslo?"},
+            {"from": "gpt", "value": f"<functioncall> {call} <|endoftext|>"},
+        ]
+    }
+    with pytest.raises(RowReject) as e:
+        sharegpt.conversation(row)
+    assert (e.value.reason, e.value.field) == ("bad_json", "conversations[2].functioncall")

@@ -10,7 +10,12 @@ import pytest
 
 from slca.data import io
 from slca.data.importers import REASONS, import_path, import_to_dir, openai, toucan, verl
-from slca.data.importers.conversation import RowReject, conversation_tasks
+from slca.data.importers.conversation import (
+    MAX_LITERAL_CHARS,
+    RowReject,
+    conversation_tasks,
+    literal,
+)
 from slca.data.importers.rows import read_rows
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "imports"
@@ -191,7 +196,7 @@ def test_the_literal_parser_never_runs_code(tmp_path):
         "{'name': 'get_weather', 'arguments': __import__('os').getcwd()}",
     ):
         with pytest.raises(RowReject) as e:
-            toucan.literal(code, "x")
+            literal(code, "x")
         assert e.value.reason == "bad_arguments"
     assert not marker.exists()
 
@@ -199,7 +204,7 @@ def test_the_literal_parser_never_runs_code(tmp_path):
 @pytest.mark.parametrize(
     "text",
     [
-        "{'name': '" + "a" * (toucan.MAX_CALL_CHARS + 1) + "'}",  # too long
+        "{'name': '" + "a" * (MAX_LITERAL_CHARS + 1) + "'}",  # too long
         "[" * 5000 + "]" * 5000,  # too deep for the parser
         "{'name': 'f', 'arguments': {1, 2}}",  # a set: not JSON data
         "{'name': 'f', 'arguments': b'x'}",
@@ -210,19 +215,19 @@ def test_the_literal_parser_never_runs_code(tmp_path):
 )
 def test_the_literal_parser_refuses_what_is_not_plain_data(text):
     with pytest.raises(RowReject) as e:
-        toucan.literal(text, "x")
+        literal(text, "x")
     assert e.value.reason == "bad_arguments"
 
 
 def test_the_literal_parser_reads_python_and_json_calls():
     py = "{'name': 'get_weather', 'arguments': '{\"city\": \"Paris\"}', 'ok': True, 'n': None}"
-    assert toucan.literal(py, "x") == {
+    assert literal(py, "x") == {
         "name": "get_weather",
         "arguments": '{"city": "Paris"}',
         "ok": True,
         "n": None,
     }
-    assert toucan.literal('{"name": "f", "arguments": {}}', "x") == {"name": "f", "arguments": {}}
+    assert literal('{"name": "f", "arguments": {}}', "x") == {"name": "f", "arguments": {}}
 
 
 def _tasks(row):
