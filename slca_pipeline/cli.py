@@ -52,6 +52,14 @@ Overrides = Annotated[
         "--set", "-S", help="Override a param, as `dvc exp run -S`: train.steps=4 (repeatable)."
     ),
 ]
+Tasks = Annotated[
+    Path | None,
+    typer.Option(
+        help="Your own file of tool-calling data (any format of `slca data import`) instead "
+        "of the built-in tasks: `run` imports it; `train` and `eval` use the tasks `run "
+        "--tasks` prepared from it; -S overrides still win.",
+    ),
+]
 Preset = Annotated[
     str | None,
     typer.Option(
@@ -193,13 +201,7 @@ def run(
     set_: Overrides = None,
     overwrite: Overwrite = False,
     preset: Preset = None,
-    tasks: Annotated[
-        Path | None,
-        typer.Option(
-            help="Train and evaluate on your own file of tool-calling data (any format of "
-            "`slca data import`) instead of the built-in tasks; -S overrides still win.",
-        ),
-    ] = None,
+    tasks: Tasks = None,
 ) -> None:
     """The whole pipeline: data, simulator check, SFT, a GRPO and an SLCA run, their
     evaluation and the comparison report."""
@@ -341,6 +343,7 @@ def train(
     estimator: Annotated[str | None, typer.Option(help="grpo, dr_grpo, slca, toolpo, rltr")] = None,
     overwrite: Overwrite = False,
     preset: Preset = None,
+    tasks: Tasks = None,
 ) -> None:
     """One RL run from the SFT checkpoint (resumes an interrupted run with the same settings)."""
     from slca_pipeline.flows.params import read_document
@@ -348,7 +351,7 @@ def train(
     from slca_pipeline.flows.train import train_config
 
     def go() -> str:  # settings are checked before any flow run starts
-        document = read_document(params, _overrides(set_, preset))
+        document = read_document(params, _overrides(set_, preset, tasks))
         train_config(document, params, estimator)
         return train_flow(  # on the document read here: the file is read once
             params_file=params, document=document, estimator=estimator, overwrite=overwrite
@@ -370,6 +373,7 @@ def eval_(
         ),
     ] = None,
     preset: Preset = None,
+    tasks: Tasks = None,
 ) -> None:
     """Evaluate models on the held-out sets (in-domain, BFCL, τ²), then write the report."""
     from slca_pipeline.flows.evaluate import evaluate, evaluate_params
@@ -382,7 +386,7 @@ def eval_(
             if not sep or not name or not directory:
                 raise ValueError(f"--model {item!r}: expected NAME=DIR (e.g. sft=models/sft)")
             models[name] = directory
-        overrides = _overrides(set_, preset)
+        overrides = _overrides(set_, preset, tasks)
         document = read_document(params, overrides)
         for name, directory in models.items():
             if directory.startswith("models:/"):  # the registered version's files, fetched

@@ -109,6 +109,24 @@ def test_a_preset_reaches_the_flow_under_the_overrides(runner, monkeypatch):
     assert train["rollout"]["engine"] == "vllm"  # the preset's
 
 
+def test_train_and_eval_tasks_read_the_users_file_as_run_tasks_prepared_it(runner, monkeypatch):
+    """After `slca run --tasks FILE`, a `slca train` without it trained on the built-in
+    tasks from an SFT of the user's; `--tasks` gives both commands the same sources."""
+    import slca_pipeline.flows.evaluate as evaluate_flows
+    import slca_pipeline.flows.train as train_flows
+
+    seen = {}
+    monkeypatch.setattr(train_flows, "train", lambda **kw: seen.setdefault("train", kw) and "r")
+    monkeypatch.setattr(
+        evaluate_flows, "evaluate", lambda **kw: seen.setdefault("eval", kw) and "report.md"
+    )
+    mine = ["--tasks", "data/raw/mine.v2.jsonl"]
+    assert runner.invoke(app, ["train", *mine]).exit_code == 0
+    assert runner.invoke(app, ["eval", "--model", "sft=.", *mine]).exit_code == 0
+    assert seen["train"]["document"]["train"]["sources"] == ["mine"]
+    assert seen["eval"]["document"]["evaluate"]["in_domain"]["sources"] == ["mine"]
+
+
 def test_run_tasks_trains_and_evaluates_on_the_users_file_under_the_overrides(
     runner, monkeypatch, tmp_path
 ):
