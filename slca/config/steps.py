@@ -15,8 +15,8 @@ MODEL_KINDS = ("tiny", "pretrained", "smollm2", "path")
 
 
 class BaseModelParams(StrictModel):
-    """Where the policy starts: a tiny model built here, SmolLM2, or a local ChatML
-    checkpoint (its vocabulary has ``<|im_end|>``)."""
+    """Where the policy starts: a tiny model built here, SmolLM2, or a local checkpoint
+    (its own chat template passes the check, or its vocabulary has ``<|im_end|>``)."""
 
     kind: Literal["tiny", "pretrained", "smollm2", "path"] = "pretrained"
     """tiny: tokenizer trained on the task data + small Qwen2, random init; pretrained:
@@ -32,7 +32,8 @@ class BaseModelParams(StrictModel):
     """smollm2 and path: the chat template written with the base checkpoint. The check
     (slca.rollout.chat.template_problems): the template renders ``tools=``, a tool turn
     after an assistant turn (its content in the text), the conversation as a growing
-    prefix, and ``<|im_end|>`` after an assistant turn. ``auto``: the checkpoint's own
+    prefix, and a special token after an assistant turn (the policy's end of a turn:
+    ``<|im_end|>``, ``<|eot_id|>``, ...). ``auto``: the checkpoint's own
     if it passes, else the Hermes template (slca.rollout.chat.HERMES_TEMPLATE; one
     logged line says so). ``own``: the checkpoint's own, or an error naming what fails.
     ``hermes``: always Hermes. tiny: always Hermes (its tokenizer is built here)."""

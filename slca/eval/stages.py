@@ -110,16 +110,19 @@ def _engine(params: EvaluateParams, model: Any, tokenizer: Any) -> Any:
     """The generation engine ``params.engine`` names, as a context (vLLM's processes
     stop when it closes)."""
     from slca.generation.engines import HFEngine
+    from slca.rollout.chat import turn_stop_ids
 
+    stops = turn_stop_ids(tokenizer)
     if params.engine == "hf":
+        batch = params.generation_batch_size
         return contextlib.nullcontext(
-            HFEngine(model, tokenizer, batch_size=params.generation_batch_size)
+            HFEngine(model, tokenizer, batch_size=batch, stop_token_ids=stops)
         )
     from slca.generation.vllm_engine import VLLMEngine
 
     return VLLMEngine(
         Path(params.model_dir).resolve(),
-        stop_token_ids=[tokenizer.eos_token_id],
+        stop_token_ids=stops,
         settings=params.vllm,
         max_model_len=params.max_total_tokens,
         seed=params.seed,

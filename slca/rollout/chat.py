@@ -14,12 +14,14 @@ are never re-tokenised.
 from __future__ import annotations
 
 import json
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from slca.grammar import ToolCall, render_tool_call
 
 END_OF_TURN = "<|im_end|>"
+"""ChatML's end of a turn: the Hermes template's, and the tiny tokenizer's eos."""
 
 HERMES_TEMPLATE = (
     "{%- if tools %}"
@@ -90,20 +92,61 @@ def ensure_tool_template(tokenizer: Any) -> bool:
 
 
 _PROBE_RESPONSE = "probe-response-5c1e"
+_PROBE_ANSWER = "probe answer"
+
+_turn_ends: weakref.WeakKeyDictionary[Any, tuple[str, str | None]] = weakref.WeakKeyDictionary()
 
 
-def template_problems(tokenizer: Any, end_of_turn: str = END_OF_TURN) -> list[str]:
+def turn_end(tokenizer: Any) -> str | None:
+    """The special token ``tokenizer``'s chat template writes right after an assistant
+    turn's text: ChatML's ``<|im_end|>``, Llama 3's ``<|eot_id|>``, Gemma's
+    ``<end_of_turn>``. The policy samples it to end a turn (a stop token, and the last
+    token SFT teaches). None when the template writes no special token there or there
+    is no template. Cached per tokenizer and template: renderers are made per rollout."""
+    template = getattr(tokenizer, "chat_template", None)
+    cached = _turn_ends.get(tokenizer)
+    if cached is not None and cached[0] == template:
+        return cached[1]
+    found = None
+    if template:
+        messages = [{"role": "user", "content": "hi"}]
+        messages.append({"role": "assistant", "content": _PROBE_ANSWER})
+        try:  # with tools, as the loop renders
+            text = tokenizer.apply_chat_template(messages, tools=[_PROBE_TOOL], tokenize=False)
+        except Exception:  # noqa: BLE001 (templates raise anything; template_problems says why)
+            text = ""
+        at = text.find(_PROBE_ANSWER)
+        tail = text[at + len(_PROBE_ANSWER) :] if at >= 0 else ""
+        special = {str(t) for t in getattr(tokenizer, "all_special_tokens", ())}
+        added = getattr(tokenizer, "added_tokens_decoder", {}).values()
+        special |= {t.content for t in added if t.special}
+        places = [(tail.find(t), -len(t), t) for t in special if t and t in tail]
+        found = min(places)[2] if places else None
+    _turn_ends[tokenizer] = (template, found)
+    return found
+
+
+def turn_stop_ids(tokenizer: Any) -> list[int]:
+    """What ends a policy's generation: the template's :func:`turn_end` and eos."""
+    end = turn_end(tokenizer)
+    ids = {tokenizer.eos_token_id}
+    if end is not None:
+        ids.add(tokenizer.convert_tokens_to_ids(end))
+    return sorted(int(i) for i in ids if i is not None)
+
+
+def template_problems(tokenizer: Any) -> list[str]:
     """What stops ``tokenizer``'s own chat template from serving the tool loop; empty
     when it passes. The loop needs it to render ``tools=`` (the policy must see the
     schemas), a tool turn after an assistant turn (with the tool's content in the
     text), the conversation as a growing prefix (:meth:`ChatRenderer.environment_ids`
-    appends to the previous rendering) and ``end_of_turn`` after an assistant turn
-    (the stop token the policy samples)."""
+    appends to the previous rendering) and a special token after an assistant turn
+    (:func:`turn_end`, the stop token the policy samples)."""
     if not getattr(tokenizer, "chat_template", None):
-        return ["has no chat template"]
+        return ["is missing"]
     tools = [_PROBE_TOOL]
     user = {"role": "user", "content": "hi"}
-    assistant = {"role": "assistant", "content": "probe answer"}
+    assistant = {"role": "assistant", "content": _PROBE_ANSWER}
     tool = {"role": "tool", "name": "probe_tool", "content": _PROBE_RESPONSE}
 
     def render(messages: list[dict[str, Any]], add_generation_prompt: bool) -> str:
@@ -125,11 +168,11 @@ def template_problems(tokenizer: Any, end_of_turn: str = END_OF_TURN) -> list[st
         problems.append("drops tool turns (a tool message's content is not rendered)")
     if not after.startswith(before):
         problems.append("does not render the conversation as a growing prefix")
-    answer = before.find("probe answer")
+    answer = before.find(_PROBE_ANSWER)
     if answer < 0:
         problems.append("drops assistant turns")
-    elif end_of_turn not in before[answer:]:
-        problems.append(f"does not end an assistant turn with {end_of_turn!r}")
+    elif turn_end(tokenizer) is None:
+        problems.append("ends an assistant turn with no special token (a stop token)")
     return problems
 
 
@@ -157,9 +200,8 @@ def choose_template(tokenizer: Any, choice: str, checkpoint: str) -> str | None:
         why = f"its own fails ({'; '.join(problems)})" if problems else "chat_template is hermes"
         raise ConfigError(
             f"base_model.chat_template: {checkpoint} needs the Hermes template ({why}), but "
-            f"its vocabulary has no {END_OF_TURN!r} token to end a turn (slca samples "
-            f"ChatML's {END_OF_TURN!r} as the end of every assistant turn; Llama 3, Mistral "
-            "and Gemma end theirs otherwise): use a ChatML checkpoint (Qwen2.5, Qwen3, "
+            f"its vocabulary has no {END_OF_TURN!r} token to end a Hermes turn: use a "
+            "checkpoint whose own template passes, or a ChatML one (Qwen2.5, Qwen3, "
             f"SmolLM2), or add {END_OF_TURN!r} to its tokenizer as a special token and "
             "resize its embeddings"
         )
@@ -176,14 +218,24 @@ class ChatRenderer:
     """Renders one task's conversation to token ids, turn by turn.
 
     ``tools`` are the task's tool specs; ``end_of_turn`` is the text of the token
-    that ends an assistant turn (the stop token the policy samples).
+    that ends an assistant turn (the stop token the policy samples), by default the
+    template's own (:func:`turn_end`).
     """
 
     def __init__(
-        self, tokenizer: Any, tools: Sequence[Mapping[str, Any]], end_of_turn: str = END_OF_TURN
+        self,
+        tokenizer: Any,
+        tools: Sequence[Mapping[str, Any]],
+        end_of_turn: str | None = None,
     ):
         self.tokenizer = tokenizer
         self.tools = openai_tools(tools) or None
+        end_of_turn = end_of_turn or turn_end(tokenizer)
+        if end_of_turn is None:
+            raise ValueError(
+                "the chat template writes no special token after an assistant turn: "
+                "nothing to end a policy turn with (base_model.chat_template: hermes)"
+            )
         self.end_of_turn = end_of_turn
 
     def render(self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool) -> str:

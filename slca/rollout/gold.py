@@ -17,7 +17,7 @@ from typing import Any
 
 from slca.data.record import TaskRecord
 from slca.grammar import ToolCall, render_tool_call
-from slca.rollout.chat import END_OF_TURN, ChatRenderer, task_messages, tool_message
+from slca.rollout.chat import ChatRenderer, task_messages, tool_message
 from slca.simulator import Simulator
 
 
@@ -97,13 +97,13 @@ def build_example(
     tokenizer: Any,
     simulator: Simulator,
     summary: Callable[[TaskRecord], str] = reference_summary,
-    end_of_turn: str = END_OF_TURN,
+    end_of_turn: str | None = None,
 ) -> SFTExample:
     renderer = ChatRenderer(tokenizer, [t.model_dump() for t in task.tools], end_of_turn)
     history = task_messages(task)
     ids = renderer.prompt_ids(history)
     mask = [False] * len(ids)
-    end_id = tokenizer.convert_tokens_to_ids(end_of_turn)
+    end_id = tokenizer.convert_tokens_to_ids(renderer.end_of_turn)
     for text, messages in gold_conversation(task, simulator, summary):
         turn = renderer.encode(text) + [end_id]
         ids += turn

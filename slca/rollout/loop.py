@@ -25,7 +25,7 @@ from typing import Any
 from slca.data.record import TaskRecord
 from slca.generation.engines import Engine, SamplingParams
 from slca.grammar import ParsedTurn, Region, parse_turn
-from slca.rollout.chat import END_OF_TURN, ChatRenderer, task_messages, tool_message
+from slca.rollout.chat import ChatRenderer, task_messages, tool_message
 from slca.rollout.types import ExecutedCall, Rollout, Turn
 from slca.segments import KIND_CODE, label_turn_tokens
 from slca.simulator import Simulator
@@ -66,7 +66,7 @@ def run_rollouts(
     sampling: SamplingParams,
     limits: RolloutLimits | None = None,
     first_group: int = 0,
-    end_of_turn: str = END_OF_TURN,
+    end_of_turn: str | None = None,
     progress: Callable[[int], None] | None = None,
     follow_ups: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]] | None = None,
 ) -> list[Rollout]:
@@ -124,7 +124,7 @@ def _start(
     group: int,
     sample: int,
     tokenizer: Any,
-    end_of_turn: str,
+    end_of_turn: str | None,
     follow_ups: Sequence[Sequence[Mapping[str, Any]]],
 ) -> _State:
     tools = [tool.model_dump() for tool in task.tools]

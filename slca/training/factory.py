@@ -151,11 +151,12 @@ def _vllm_rollout_engine(
     if config.rollout.engine != "vllm":
         return None
     from slca.generation.vllm_engine import VLLMEngine
+    from slca.rollout.chat import turn_stop_ids
 
     return stack.enter_context(
         VLLMEngine(
             init_dir,
-            stop_token_ids=[tokenizer.eos_token_id],
+            stop_token_ids=turn_stop_ids(tokenizer),
             settings=config.rollout.vllm,
             max_model_len=config.rollout.max_total_tokens,
             seed=config.seed,
@@ -170,10 +171,14 @@ def _hf_rollout_engine(config: TrainConfig, update: Any, source: Any, tokenizer:
     holds a shard of the module, generation needs it whole), on a copy of the policy."""
     from slca.generation.engines import HFEngine
     from slca.modeling import load_causal_lm
+    from slca.rollout.chat import turn_stop_ids
 
     batch_size = config.rollout.generation_batch_size
+    stops = turn_stop_ids(tokenizer)
     if config.engine.engine == "deepspeed" and config.engine.zero_stage == 3:
         dtype = next(update.module.parameters()).dtype
         copy, _ = load_causal_lm(source, dtype=dtype, device=update.device)
-        return HFEngine(copy, tokenizer, batch_size=batch_size, shares_module=False)
-    return HFEngine(update.module, tokenizer, batch_size=batch_size)
+        return HFEngine(
+            copy, tokenizer, batch_size=batch_size, stop_token_ids=stops, shares_module=False
+        )
+    return HFEngine(update.module, tokenizer, batch_size=batch_size, stop_token_ids=stops)

@@ -83,7 +83,7 @@ def test_a_template_that_rewrites_history_is_refused(tokenizer):
             "{{ messages | length }}{% for m in messages %}{{ m.content }}<|im_end|>{% endfor %}"
         )
 
-    renderer = ChatRenderer(Rewriting(), [TOOL])
+    renderer = ChatRenderer(Rewriting(), [TOOL], "<|im_end|>")  # a fake: no special tokens
     with pytest.raises(ValueError, match="growing prefix"):
         renderer.environment_ids([{"role": "user", "content": "x"}], "y", [tool_message("t", {})])
 

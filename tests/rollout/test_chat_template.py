@@ -8,11 +8,14 @@ import pytest
 
 from slca.config import ConfigError
 from slca.rollout.chat import (
+    END_OF_TURN,
     HERMES_TEMPLATE,
     ChatRenderer,
     choose_template,
     template_problems,
     tool_message,
+    turn_end,
+    turn_stop_ids,
 )
 
 
@@ -70,7 +73,7 @@ def test_a_template_that_rewrites_history_or_raises_on_tools_fails(tokenizer):
     (problem,) = template_problems(raising)
     assert problem.startswith("fails on a tool turn after an assistant turn (")
     assert "roles must alternate" in problem
-    assert template_problems(with_template(tokenizer, None)) == ["has no chat template"]
+    assert template_problems(with_template(tokenizer, None)) == ["is missing"]
 
 
 def test_auto_keeps_a_passing_template_and_replaces_a_failing_one(tokenizer, smollm2_tokenizer):
@@ -122,3 +125,66 @@ def test_hermes_needs_an_end_of_turn_token_in_the_vocabulary(tokenizer):
 
     with pytest.raises(ConfigError, match=r"/ckpt/llama.*no '<\|im_end\|>' token"):
         choose_template(NoImEnd(), "auto", "/ckpt/llama")
+
+
+# A template in Llama 3's manner (written here, not Meta's): header tokens around the
+# role, the tools as JSON in the system turn, tool results in an `ipython` turn, and
+# <|eot_id|> after every turn. The tokenizer's eos is <|end_of_text|>, as in a base
+# Llama 3 checkpoint, so only the template says what ends a turn.
+LLAMA_STYLE = (
+    "{%- for m in messages %}"
+    "{%- set role = 'ipython' if m.role == 'tool' else m.role %}"
+    "{{- '<|start_header_id|>' + role + '<|end_header_id|>\\n\\n' }}"
+    "{%- if loop.first and tools %}{{- 'Tools:' }}"
+    "{%- for t in tools %}{{- ' ' + (t | tojson) }}{%- endfor %}{{- '\\n' }}{%- endif %}"
+    "{{- m.content + '<|eot_id|>' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}"
+    "{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}"
+)
+LLAMA_SPECIALS = ["<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|end_of_text|>"]
+
+
+@pytest.fixture(scope="module")
+def llama_style(tokenizer):
+    other = copy.deepcopy(tokenizer)
+    other.add_special_tokens({"additional_special_tokens": LLAMA_SPECIALS})
+    other.eos_token = "<|end_of_text|>"
+    other.chat_template = LLAMA_STYLE
+    return other
+
+
+def test_the_end_of_a_turn_is_the_special_token_the_template_writes_after_it(
+    tokenizer, llama_style
+):
+    assert turn_end(tokenizer) == END_OF_TURN
+    assert turn_end(llama_style) == "<|eot_id|>"
+    assert template_problems(llama_style) == []
+    ids = llama_style.convert_tokens_to_ids(["<|eot_id|>", "<|end_of_text|>"])
+    assert turn_stop_ids(llama_style) == sorted(ids)
+    assert turn_stop_ids(tokenizer) == [tokenizer.convert_tokens_to_ids(END_OF_TURN)]
+    plain = with_template(tokenizer, "{% for m in messages %}{{ m.content }}\n{% endfor %}")
+    assert turn_end(plain) is None and turn_end(with_template(tokenizer, None)) is None
+    assert "ends an assistant turn with no special token" in " ".join(template_problems(plain))
+    with pytest.raises(ValueError, match="writes no special token after an assistant turn"):
+        ChatRenderer(plain, [])
+
+
+def test_a_llama_style_checkpoint_keeps_its_template_and_learns_its_end_of_turn(llama_style, tasks):
+    """auto keeps the passing template; SFT's trajectory ends each assistant turn with
+    <|eot_id|> (the token it teaches), and ChatML's tokens appear nowhere."""
+    from slca.rollout.gold import build_example
+    from slca.simulator import Simulator
+
+    own = copy.deepcopy(llama_style)
+    assert choose_template(own, "auto", "/ckpt/llama-style") is None
+    assert own.chat_template == LLAMA_STYLE
+    task = next(t for t in tasks if t.gold)
+    example = build_example(task, own, Simulator())
+    eot, im_end = own.convert_tokens_to_ids(["<|eot_id|>", END_OF_TURN])
+    taught = [i for i, m in zip(example.token_ids, example.loss_mask, strict=True) if m]
+    assert taught.count(eot) == len(task.gold) + 1  # each call turn and the summary
+    assert im_end not in example.token_ids
+    renderer = ChatRenderer(own, [t.model_dump() for t in task.tools])
+    env = own.decode(renderer.environment_ids([{"role": "user", "content": "x"}], "y", []))
+    assert env == "<|start_header_id|>assistant<|end_header_id|>\n\n"
