@@ -425,7 +425,7 @@ def ui(
     prefect_port: int = 4200,
     host: Annotated[str, typer.Option(help="Bind address.")] = "127.0.0.1",
 ) -> None:
-    """Serve the MLflow UI and the Prefect UI (on 127.0.0.1) until Ctrl-C.
+    """Serve the MLflow UI and the Prefect UI (on --host, 127.0.0.1 by default) until Ctrl-C.
 
     Both refuse a request naming a foreign host (DNS rebinding): MLflow by its own
     check, Prefect's server through slca_pipeline/server.py, which also turns on
