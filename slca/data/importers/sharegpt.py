@@ -22,13 +22,14 @@ The format of ``NousResearch/hermes-function-calling-v1`` and the data built lik
   instead of ``from``/``value``. A ``system`` column is a system turn put first.
 - Tools: a ``tools`` column (JSON list of function objects), when the row has one and
   it is not empty; else every ``<tools>…</tools>`` block of the system turns (a JSON
-  list, one function object, or several objects one after another). Hermes's
-  Python-style single-quoted dicts are not JSON: the row is rejected (``bad_json``);
-  nothing is ever evaluated. A system turn that holds the tools is dropped from the
-  context: it is the format's own tool-calling prompt, and slca renders the tools
-  through the chat template itself.
-- Calls: each ``<tool_call>…</tool_call>`` block of an assistant turn (JSON
-  ``{"name", "arguments"}``, or a list of them) is one call; the calls of one turn run
+  list, one function object, or several objects one after another). Hermes's own
+  datasets (hermes-function-calling-v1) write tools and calls as Python reprs
+  (``{'arguments': {...}, 'name': 'f'}``): a single-quoted block is read by the bounded
+  literal parser (literals only, never evaluated), else ``bad_json``. A system turn
+  that holds the tools is dropped from the context: it is the format's own
+  tool-calling prompt, and slca renders the tools through the chat template itself.
+- Calls: each ``<tool_call>…</tool_call>`` block of an assistant turn (JSON or a Python
+  literal ``{"name", "arguments"}``, or a list of them) is one call; the calls of one turn run
   in parallel; the text outside the blocks is the turn's content.
 - Results: each ``<tool_response>…</tool_response>`` block of a tool turn is one tool
   turn (its text whole), named by the response's ``name`` when it is a JSON object with
@@ -129,6 +130,8 @@ def json_values(block: str, where: str) -> list[Any]:
         return [json.loads(block)]
     except json.JSONDecodeError:
         pass
+    if re.match(r"[\s\[{]*'", block):  # Hermes's own datasets write Python reprs
+        return [literal(block, where, "bad_json")]
     decoder = json.JSONDecoder()
     values, i = [], 0
     while i < len(block):

@@ -3,7 +3,6 @@ report, gold call for call, contexts, tool names, and that nothing is ever evalu
 
 from __future__ import annotations
 
-import ast
 import builtins
 import json
 from pathlib import Path
@@ -202,28 +201,38 @@ def test_tools_column_wins_and_system_dropped_unparsed():
     assert _gold(task) == [[("f", {})]]
 
 
-def test_single_quoted_tools_rejected_nothing_evaluated(monkeypatch):
+def test_hermes_python_repr_tools_and_calls_are_read_nothing_evaluated(monkeypatch):
+    """hermes-function-calling-v1 writes its <tools> and <tool_call> blocks as Python
+    reprs; they are parsed as literals, and a block holding anything else (a call) is
+    bad_json, never run."""
+
     def refuse(*args, **kwargs):
         raise AssertionError("evaluated")
 
     monkeypatch.setattr(builtins, "eval", refuse)
     monkeypatch.setattr(builtins, "exec", refuse)
-    monkeypatch.setattr(ast, "literal_eval", refuse)
     row = {
         "conversations": [
-            {"from": "system", "value": "<tools> " + str([TOOL]) + " </tools>"},
+            {"from": "system", "value": "<tools>\n" + str([TOOL]) + "\n</tools>"},
             {"from": "human", "value": "go"},
-            {"from": "gpt", "value": "<tool_call>\n{'name': 'f', 'arguments': {}}\n</tool_call>"},
+            {
+                "from": "gpt",
+                "value": "<tool_call>\n{'arguments': {'x': True, 'y': None}, 'name': 'f'}\n"
+                "</tool_call>",
+            },
         ]
     }
-    with pytest.raises(RowReject) as e:
-        sharegpt.conversation(row)
-    assert e.value.reason == "bad_json" and "single-quoted" in e.value.message
-    # the tools fixed, the single-quoted call is rejected the same way
-    row["conversations"][0] = SYSTEM
+    conversation = sharegpt.conversation(row)
+    (call,) = conversation.turns[-1].calls
+    assert (call.name, call.arguments) == ("f", {"x": True, "y": None})
+    assert conversation.tools == [TOOL]
+    row["conversations"][2]["value"] = (
+        "<tool_call>\n{'arguments': __import__('os').getcwd(), 'name': 'f'}\n</tool_call>"
+    )
     with pytest.raises(RowReject) as e:
         sharegpt.conversation(row)
     assert e.value.reason == "bad_json" and e.value.field == "conversations[2].tool_call[0]"
+    assert "neither JSON nor a Python literal" in e.value.message
 
 
 @pytest.mark.parametrize(
@@ -234,13 +243,14 @@ def test_single_quoted_tools_rejected_nothing_evaluated(monkeypatch):
         ('{"name": "a"}\n{"name": "b"}\n', [{"name": "a"}, {"name": "b"}]),
         ('{"name": "a"}{"name": "b"}', [{"name": "a"}, {"name": "b"}]),
         ('{"name": "a"},\n{"name": "b"}', [{"name": "a"}, {"name": "b"}]),
+        ("[{'name': 'a', 'ok': True}]", [[{"name": "a", "ok": True}]]),  # Hermes's repr
     ],
 )
 def test_json_values(block, values):
     assert sharegpt.json_values(block, "w") == values
 
 
-@pytest.mark.parametrize("block", ["{'name': 'a'}", '{"name": "a"} trailing', "{"])
+@pytest.mark.parametrize("block", ["{'name': a}", '{"name": "a"} trailing', "{"])
 def test_json_values_bad(block):
     with pytest.raises(RowReject) as e:
         sharegpt.json_values(block, "w")
