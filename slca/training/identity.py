@@ -89,17 +89,18 @@ class RunIdentity:
 def init_hash(directory: str | Path) -> str:
     """sha256 over the init checkpoint's files, names and bytes (its ``mlflow_run.json``
     and dotfiles aside: a rerun SFT with the same weights is the same init); "" when it
-    is not a local directory. Reads every byte: about a second per GB."""
+    is not a local directory. Top-level files only, as ``from_pretrained`` reads them (a
+    trainer's ``checkpoint-*`` folders inside are not the model). Reads every byte:
+    about a second per GB."""
     root = Path(directory)
     if not root.is_dir():
         return ""
     digest = hashlib.sha256()
-    for path in sorted(root.rglob("*")):
-        name = path.relative_to(root).as_posix()
-        if not path.is_file() or path.name == MLFLOW_RUN_FILE or "/." in f"/{name}":
+    for path in sorted(root.iterdir()):
+        if not path.is_file() or path.name == MLFLOW_RUN_FILE or path.name.startswith("."):
             continue
         with open(path, "rb") as f:
-            digest.update(f"{name}\0".encode() + hashlib.file_digest(f, "sha256").digest())
+            digest.update(f"{path.name}\0".encode() + hashlib.file_digest(f, "sha256").digest())
     return digest.hexdigest()
 
 

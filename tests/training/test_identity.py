@@ -145,6 +145,8 @@ def test_the_init_checkpoints_content_is_part_of_the_fingerprint(tmp_path):
     first = init_hash(init)
     (init / "mlflow_run.json").write_text('{"run_id": "abc"}')
     (init / ".lock").write_text("1234")
+    (init / "checkpoint-500").mkdir()  # a trainer's folder: not what from_pretrained reads
+    (init / "checkpoint-500" / "optimizer.pt").write_bytes(b"adam state")
     assert init_hash(init) == first
     (init / "model.safetensors").write_bytes(b"other weights")
     assert init_hash(init) != first
