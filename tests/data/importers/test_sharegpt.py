@@ -157,6 +157,17 @@ def _turns(conv):
     ]
 
 
+@pytest.fixture
+def no_code_runs(monkeypatch):
+    """eval and exec fail the test: the literal parser must read data, never run it."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("evaluated")
+
+    monkeypatch.setattr(builtins, "eval", refuse)
+    monkeypatch.setattr(builtins, "exec", refuse)
+
+
 TOOL = {"name": "f", "description": "", "parameters": {"type": "object", "properties": {}}}
 SYSTEM = {"from": "system", "value": f"<tools> {json.dumps([TOOL])} </tools>"}
 
@@ -201,16 +212,11 @@ def test_tools_column_wins_and_system_dropped_unparsed():
     assert _gold(task) == [[("f", {})]]
 
 
-def test_hermes_python_repr_tools_and_calls_are_read_nothing_evaluated(monkeypatch):
+def test_hermes_python_repr_tools_and_calls_are_read_nothing_evaluated(no_code_runs):
     """hermes-function-calling-v1 writes its <tools> and <tool_call> blocks as Python
     reprs; they are parsed as literals, and a block holding anything else (a call) is
     bad_json, never run."""
 
-    def refuse(*args, **kwargs):
-        raise AssertionError("evaluated")
-
-    monkeypatch.setattr(builtins, "eval", refuse)
-    monkeypatch.setattr(builtins, "exec", refuse)
     row = {
         "conversations": [
             {"from": "system", "value": "<tools>\n" + str([TOOL]) + "\n</tools>"},
@@ -333,12 +339,7 @@ GLAIVE_SYSTEM = (
 GLAIVE_V2_CALL = """<functioncall> {"name": "get_weather", "arguments": '{"city": "Oslo"}'}"""
 
 
-def test_a_glaive_v2_call_with_single_quoted_arguments_is_read_nothing_evaluated(monkeypatch):
-    def refuse(*args, **kwargs):
-        raise AssertionError("evaluated")
-
-    monkeypatch.setattr(builtins, "eval", refuse)
-    monkeypatch.setattr(builtins, "exec", refuse)
+def test_a_glaive_v2_call_with_single_quoted_arguments_is_read_nothing_evaluated(no_code_runs):
     row = {
         "conversations": [
             {"from": "system", "value": GLAIVE_SYSTEM},
