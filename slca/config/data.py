@@ -229,12 +229,10 @@ class PrepareParams(StrictModel):
     @classmethod
     def _unique_import_names(cls, v: list[ImportSpec]) -> list[ImportSpec]:
         names = [spec.name for spec in v]
-        builtin = set(SourceName.__args__)
         for name in names:
             if names.count(name) > 1:
                 raise ValueError(f"import name {name!r} is given twice")
-            if name in builtin:
-                raise ValueError(f"import name {name!r} is a built-in source's name")
+            check_import_name(name)  # the rule `slca data import --name` holds to
         return v
 
     @model_validator(mode="after")
