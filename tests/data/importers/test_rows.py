@@ -232,7 +232,7 @@ def test_gzipped_json_is_read(tmp_path, name):
     [
         ("t.jsonl", b"id,question\n1,Weather?\n", "not JSON Lines: none of its first 2 lines"),
         ("t.jsonl", b"[1, 2]\n3\n", "its first rows are JSON but not objects"),
-        ("t.gz", gzip.compress(b"{}"), "gzip-compressed; name it FILE.jsonl.gz"),
+        ("t.gz", gzip.compress(b"{}", mtime=0), "gzip-compressed; name it FILE.jsonl.gz"),
         ("t.jsonl.gz", b"not gzip at all", "not readable"),
     ],
 )
